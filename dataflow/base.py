@@ -1,0 +1,92 @@
+"""The DataFlow protocol, as in tensorpack.
+
+A DataFlow is an iterable of *datapoints* (lists, tuples or dicts of components). Before iterating,
+the consumer calls :meth:`DataFlow.reset_state` once, in the process and thread that will iterate;
+it is where a dataflow seeds its random state or starts its workers.
+"""
+import threading
+
+from . import rng as _rng
+
+__all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
+           "DataFlowReentrantGuard"]
+
+
+class DataFlowTerminated(BaseException):
+    """Raised by a dataflow whose producer has stopped for good (for example, a queue that was
+    closed). It derives from ``BaseException`` as in tensorpack, so that a bare ``except Exception``
+    in a map function does not swallow it."""
+
+
+class DataFlowReentrantGuard:
+    """A context manager that makes a non-reentrant dataflow fail fast.
+
+    Entering it while it is already entered (by another iteration of the same dataflow, in this
+    thread or another one) raises ``RuntimeError`` instead of interleaving two iterations.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("This DataFlow is not reentrant: it is already being iterated "
+                               "(in this thread or another one).")
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._lock.release()
+        return False
+
+
+class DataFlow:
+    """Base class of every dataflow.
+
+    Subclasses implement ``__iter__`` (one pass over the data) and, when the number of datapoints
+    per pass is known, ``__len__``.
+    """
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def __len__(self):
+        """The number of datapoints of one pass. Raises ``NotImplementedError`` when unknown."""
+        raise NotImplementedError(f"{type(self).__name__} does not know its length")
+
+    def reset_state(self):
+        """Prepare the dataflow for iteration in the current process. Call it once before the first
+        ``__iter__``; for dataflows that hold workers, it (re)starts them."""
+
+    # tensorpack kept these for old code; so do we.
+    def get_data(self):
+        return self.__iter__()
+
+    def size(self):
+        return self.__len__()
+
+
+class RNGDataFlow(DataFlow):
+    """A dataflow with its own random state ``self.rng`` (a ``numpy.random.RandomState``), set in
+    ``reset_state``. With :func:`dataflow.set_seed` the streams are reproducible; see
+    :mod:`dataflow.rng`."""
+
+    rng = None
+
+    def reset_state(self):
+        self.rng = _rng.get_rng(self)
+
+
+class ProxyDataFlow(DataFlow):
+    """A dataflow that wraps another one (``self.ds``) and by default forwards everything to it."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def reset_state(self):
+        self.ds.reset_state()
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __iter__(self):
+        return iter(self.ds)

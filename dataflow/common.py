@@ -1,0 +1,803 @@
+"""Common dataflow transformations: map, batch, repeat, mix, join, shuffle, cache, inspect.
+
+Names, signatures and semantics follow ``tensorpack.dataflow.common`` (0.11); the few deliberate
+differences are bug fixes and are noted in the class docstrings.
+"""
+import inspect
+import itertools
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from copy import copy
+
+import numpy as np
+
+from . import rng as _rng
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from .raw import _guard_of, _require_rng
+
+__all__ = ["TestDataSpeed", "PrintData", "BatchData", "BatchDataByShape", "FixedSizeData",
+           "MapData", "MapDataComponent", "RepeatedData", "RepeatedDataPoint",
+           "RandomChooseData", "RandomMixData", "JoinData", "ConcatData", "SelectComponent",
+           "LocallyShuffleData", "CacheData"]
+
+logger = logging.getLogger(__name__)
+
+_EMPTY = object()
+
+
+def _len_or_none(df):
+    try:
+        return len(df)
+    except NotImplementedError:
+        return None
+
+
+def _shape_of(x):
+    try:
+        return np.shape(x)
+    except Exception:  # a ragged nested list, say
+        return f"<{type(x).__name__}>"
+
+
+def _func_name(func):
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    return name if name is not None else repr(func)
+
+
+class TestDataSpeed(ProxyDataFlow):
+    """Measure how fast a dataflow produces datapoints.
+
+    :meth:`start` takes ``warmup`` datapoints untimed, then times ``size`` datapoints (starting new
+    passes over ``ds`` when one ends), shows progress (a tqdm bar when tqdm is installed,
+    otherwise a line every ``print_interval`` seconds), prints the speed and returns it in
+    datapoints per second. Iterating this dataflow runs the test first, then yields the
+    datapoints of ``ds``.
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    #: seconds between progress lines when tqdm is not available
+    print_interval = 2.0
+
+    def __init__(self, ds, size=5000, warmup=0):
+        """
+        Args:
+            ds (DataFlow): the dataflow to test.
+            size (int): number of datapoints to time.
+            warmup (int): number of datapoints to take before timing.
+        """
+        super().__init__(ds)
+        self.test_size = int(size)
+        self.warmup = int(warmup)
+        if self.test_size <= 0:
+            raise ValueError(f"TestDataSpeed: size must be positive, got {size}")
+        if self.warmup < 0:
+            raise ValueError(f"TestDataSpeed: warmup must be >= 0, got {warmup}")
+        self._reset_called = False
+
+    def reset_state(self):
+        self._reset_called = True
+        super().reset_state()
+
+    def __iter__(self):
+        self.start()
+        yield from self.ds
+
+    def _endless(self):
+        """The datapoints of ``ds``, pass after pass."""
+        while True:
+            got = False
+            for dp in self.ds:
+                got = True
+                yield dp
+            if not got:
+                raise ValueError("TestDataSpeed: the dataflow produced no datapoint in a pass")
+
+    def start(self):
+        """Run the test; returns the speed in datapoints per second (a float)."""
+        if not self._reset_called:
+            self.ds.reset_state()
+            self._reset_called = True
+        itr = self._endless()
+        try:
+            for _ in range(self.warmup):
+                next(itr)
+            try:
+                import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                with tqdm.tqdm(total=self.test_size, leave=True, smoothing=0.2,
+                               dynamic_ncols=True) as pbar:
+                    t0 = time.perf_counter()
+                    for _ in range(self.test_size):
+                        next(itr)
+                        pbar.update()
+                    elapsed = time.perf_counter() - t0
+            else:
+                t0 = last = time.perf_counter()
+                for i in range(self.test_size):
+                    next(itr)
+                    now = time.perf_counter()
+                    if now - last >= self.print_interval:
+                        last = now
+                        print(f"TestDataSpeed: {i + 1}/{self.test_size} datapoints, "
+                              f"{(i + 1) / (now - t0):.2f} datapoints/s", flush=True)
+                elapsed = time.perf_counter() - t0
+        finally:
+            itr.close()
+        speed = self.test_size / max(elapsed, 1e-9)
+        print(f"TestDataSpeed: {self.test_size} datapoints in {elapsed:.3f}s, "
+              f"{speed:.2f} datapoints/s", flush=True)
+        return speed
+
+    def start_test(self):
+        """Alias of :meth:`start` (older tensorpack name)."""
+        return self.start()
+
+
+class BatchData(ProxyDataFlow):
+    """Stack ``batch_size`` consecutive datapoints into one.
+
+    The batch has the same structure (list or dict) as the datapoints; component ``k`` of the batch
+    is the list of the components ``k`` (``use_list=True``) or, by default, their numpy batch, see
+    :meth:`aggregate_batch`. With ``remainder=False`` every batch has exactly ``batch_size``
+    datapoints and a final incomplete batch is dropped; with ``remainder=True`` it is produced.
+
+    Differences from tensorpack (bug fixes): Python bools batch to a ``bool`` array (tensorpack
+    gives int32); components that cannot be stacked (inconsistent shapes) raise ``ValueError``
+    naming the component and the shapes seen (tensorpack logs and opens an IPython shell);
+    ``batch_size > len(ds)`` with ``remainder=False`` raises ``ValueError`` (tensorpack asserts);
+    components of a type numpy cannot batch are kept as lists (tensorpack raises TypeError).
+    """
+
+    def __init__(self, ds, batch_size, remainder=False, use_list=False):
+        """
+        Args:
+            ds (DataFlow): a dataflow of lists/tuples or dicts.
+            batch_size (int): number of datapoints per batch.
+            remainder (bool): also produce the last, smaller batch of each pass.
+            use_list (bool): batch components into lists instead of numpy arrays.
+        """
+        super().__init__(ds)
+        if int(batch_size) != batch_size or batch_size <= 0:
+            raise ValueError(f"BatchData: batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        if not remainder:
+            n = _len_or_none(ds)
+            if n is not None and self.batch_size > n:
+                raise ValueError(
+                    f"BatchData: batch_size={self.batch_size} is larger than the dataflow "
+                    f"({n} datapoints) and remainder=False, so no batch would ever be produced. "
+                    "Use a smaller batch_size or remainder=True.")
+        self.remainder = remainder
+        self.use_list = use_list
+
+    def __len__(self):
+        ds_size = len(self.ds)
+        div, rem = divmod(ds_size, self.batch_size)
+        if rem == 0:
+            return div
+        return div + int(bool(self.remainder))
+
+    def __iter__(self):
+        holder = []
+        for dp in self.ds:
+            holder.append(dp)
+            if len(holder) == self.batch_size:
+                yield BatchData.aggregate_batch(holder, self.use_list)
+                holder = []
+        if self.remainder and holder:
+            yield BatchData.aggregate_batch(holder, self.use_list)
+
+    @staticmethod
+    def _batch_numpy(data_list, key=None):
+        """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
+        ``bool`` -> bool, ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
+        and scalars -> their dtype (of the first one) with a new leading axis; anything else is
+        returned as the list itself."""
+        data = data_list[0]
+        if type(data) is bool:
+            dtype = "bool"
+        elif isinstance(data, int) and not isinstance(data, np.generic):
+            dtype = "int32"
+        elif type(data) is float:
+            dtype = "float32"
+        elif isinstance(data, (str, bytes)):
+            dtype = "str"
+        elif isinstance(data, (np.ndarray, np.generic)):
+            dtype = data.dtype
+        else:
+            return list(data_list)
+        try:
+            return np.asarray(data_list, dtype=dtype)
+        except OverflowError:
+            if dtype == "int32":
+                return np.asarray(data_list, dtype="int64")
+            raise
+        except (ValueError, TypeError) as e:
+            shapes = [_shape_of(x) for x in data_list]
+            seen = list(dict.fromkeys(shapes))
+            first_bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
+            where = "" if first_bad is None else f" (first mismatch at datapoint {first_bad})"
+            raise ValueError(
+                f"BatchData: cannot batch component {key!r}: its values are not of one "
+                f"consistent shape{where}. Shapes seen: {seen}; all shapes in the batch: "
+                f"{shapes}. ({type(e).__name__}: {e})") from e
+
+    @staticmethod
+    def aggregate_batch(data_holder, use_list=False):
+        """Aggregate a list of datapoints (lists/tuples, or dicts) into one batched datapoint.
+
+        Returns a list (for list/tuple datapoints) or a dict (keys of the first datapoint) whose
+        entries are lists (``use_list=True``) or numpy batches (see :meth:`_batch_numpy`).
+        """
+        first_dp = data_holder[0]
+        if isinstance(first_dp, (list, tuple)):
+            result = []
+            for k in range(len(first_dp)):
+                data_list = [x[k] for x in data_holder]
+                result.append(data_list if use_list else BatchData._batch_numpy(data_list, k))
+        elif isinstance(first_dp, dict):
+            result = {}
+            for key in first_dp.keys():
+                data_list = [x[key] for x in data_holder]
+                result[key] = data_list if use_list else BatchData._batch_numpy(data_list, key)
+        else:
+            raise ValueError(f"Datapoint has to be a list, tuple or dict. Got {type(first_dp)}")
+        return result
+
+
+class BatchDataByShape(BatchData):
+    """Batch together datapoints whose component ``idx`` has the same shape.
+
+    Datapoints are held in one buffer per shape; a batch of ``batch_size`` is produced as soon as a
+    buffer is full. Buffers persist across passes (they are cleared by ``reset_state``), so
+    datapoints of rare shapes may wait long or never be produced. ``len()`` is that of
+    :class:`BatchData` with ``remainder=False`` and is only an estimate. Not reentrant.
+    """
+
+    def __init__(self, ds, batch_size, idx):
+        """
+        Args:
+            ds (DataFlow): a dataflow whose ``dp[idx]`` is an ``np.ndarray``.
+            batch_size (int): batch size.
+            idx (int or str): the component whose shape groups datapoints.
+        """
+        super().__init__(ds, batch_size, remainder=False)
+        self.idx = idx
+        self.holder = defaultdict(list)
+        self._guard = None
+
+    def reset_state(self):
+        super().reset_state()
+        self.holder = defaultdict(list)
+        self._guard = DataFlowReentrantGuard()
+
+    def __iter__(self):
+        with _guard_of(self):
+            for dp in self.ds:
+                holder = self.holder[np.shape(dp[self.idx])]
+                holder.append(dp)
+                if len(holder) == self.batch_size:
+                    yield BatchData.aggregate_batch(holder)
+                    del holder[:]
+
+
+class FixedSizeData(ProxyDataFlow):
+    """Every pass yields exactly ``size`` datapoints of ``ds``, starting new passes of ``ds`` as
+    needed.
+
+    With ``keep_state=True`` the next pass continues where the previous one stopped in ``ds``
+    (``ds`` = 1..5, size 3: ``1 2 3; 4 5 1; 2 3 4``); with ``keep_state=False`` every pass starts a
+    fresh pass of ``ds`` (``1 2 3; 1 2 3``). Not reentrant. A ``ds`` that produces no datapoint
+    raises ``ValueError`` (tensorpack raises an opaque RuntimeError).
+    """
+
+    def __init__(self, ds, size, keep_state=True):
+        super().__init__(ds)
+        self._size = int(size)
+        if self._size < 0:
+            raise ValueError(f"FixedSizeData: size must be >= 0, got {size}")
+        self.itr = None
+        self._keep = keep_state
+        self._guard = None
+
+    def __len__(self):
+        return self._size
+
+    def reset_state(self):
+        super().reset_state()
+        self.itr = None
+        self._guard = DataFlowReentrantGuard()
+
+    def _next(self):
+        if self.itr is None:
+            self.itr = iter(self.ds)
+        try:
+            return next(self.itr)
+        except StopIteration:
+            pass
+        self.itr = iter(self.ds)
+        try:
+            return next(self.itr)
+        except StopIteration:
+            self.itr = None
+            raise ValueError("FixedSizeData: the input dataflow produced no datapoint") from None
+
+    def __iter__(self):
+        with _guard_of(self):
+            try:
+                for _ in range(self._size):
+                    yield self._next()
+            finally:
+                if not self._keep:
+                    self.itr = None
+
+
+class MapData(ProxyDataFlow):
+    """Apply ``func`` to every datapoint; a ``None`` result drops the datapoint.
+
+    ``func`` receives a shallow copy (``copy.copy``) of the datapoint, so it may replace components
+    (``dp[0] = ...``) without affecting the source; it must not modify components in place unless
+    that is safe. ``len()`` is that of ``ds`` and is wrong when datapoints are dropped. A ``func``
+    that returns a generator (a common mistake: ``yield`` instead of ``return``) raises
+    ``TypeError``.
+    """
+
+    def __init__(self, ds, func):
+        """
+        Args:
+            ds (DataFlow): input dataflow.
+            func (datapoint -> datapoint | None): the mapping.
+        """
+        super().__init__(ds)
+        self.func = func
+
+    def __iter__(self):
+        for i, dp in enumerate(self.ds):
+            ret = self.func(copy(dp))
+            if ret is None:
+                continue
+            if inspect.isgenerator(ret):
+                ret.close()
+                raise TypeError(
+                    f"{type(self).__name__}: the function {_func_name(self.func)} returned a "
+                    f"generator for datapoint {i} of this pass. It must return a datapoint "
+                    "(or None to drop it); did it use 'yield' instead of 'return'?")
+            yield ret
+
+
+class MapDataComponent(MapData):
+    """Apply ``func`` to component ``index`` (an int, or a key for dict datapoints) of every
+    datapoint; a ``None`` result drops the datapoint. The source datapoint is not modified: the
+    result is a shallow copy (a tuple becomes a list) with the new component."""
+
+    def __init__(self, ds, func, index=0):
+        self._index = index
+        self._func = func
+        super().__init__(ds, self._mapper)
+
+    def _mapper(self, dp):
+        r = self._func(dp[self._index])
+        if r is None:
+            return None
+        if inspect.isgenerator(r):
+            r.close()
+            raise TypeError(f"MapDataComponent: the function {_func_name(self._func)} returned "
+                            f"a generator for component {self._index!r}; it must return a value "
+                            "(or None to drop the datapoint).")
+        dp = copy(dp)
+        if isinstance(dp, tuple):
+            dp = list(dp)
+        dp[self._index] = r
+        return dp
+
+
+class RepeatedData(ProxyDataFlow):
+    """Pass over ``ds`` ``num`` times (``dp1 .. dpn, dp1 .. dpn, ...``); ``num=-1`` repeats
+    forever.
+
+    ``len()`` is ``num * len(ds)``; for ``num=-1`` it raises ``NotImplementedError`` (as tensorpack,
+    so code probing the length with ``except NotImplementedError`` keeps working). With ``num=-1``,
+    a pass of ``ds`` that produces no datapoint raises ``ValueError`` instead of looping forever.
+    """
+
+    def __init__(self, ds, num):
+        """
+        Args:
+            ds (DataFlow): input dataflow.
+            num (int): number of passes; -1 for infinitely many.
+        """
+        self.num = int(num)
+        if self.num < -1:
+            raise ValueError(f"RepeatedData: num must be >= 0 or -1 (forever), got {num}")
+        super().__init__(ds)
+
+    def __len__(self):
+        if self.num == -1:
+            raise NotImplementedError("RepeatedData(num=-1) is infinite: len() is unavailable")
+        return len(self.ds) * self.num
+
+    def __iter__(self):
+        if self.num == -1:
+            while True:
+                got = False
+                for dp in self.ds:
+                    got = True
+                    yield dp
+                if not got:
+                    raise ValueError("RepeatedData(num=-1): a pass of the input dataflow produced "
+                                     "no datapoint; repeating it forever would hang.")
+        else:
+            for _ in range(self.num):
+                yield from self.ds
+
+
+class RepeatedDataPoint(ProxyDataFlow):
+    """Yield every datapoint of ``ds`` ``num`` times in a row (``dp1, dp1, ..., dp2, dp2, ...``);
+    the repeats are the same object."""
+
+    def __init__(self, ds, num):
+        self.num = int(num)
+        if self.num < 1:
+            raise ValueError(f"RepeatedDataPoint: num must be >= 1, got {num}")
+        super().__init__(ds)
+
+    def __len__(self):
+        return len(self.ds) * self.num
+
+    def __iter__(self):
+        for dp in self.ds:
+            for _ in range(self.num):
+                yield dp
+
+
+class RandomChooseData(RNGDataFlow):
+    """For every datapoint, pick one of several dataflows at random and take its next datapoint;
+    stop as soon as the picked dataflow is exhausted.
+
+    ``df_lists`` is a list of dataflows (equal probabilities) or of ``(dataflow, probability)``
+    pairs whose probabilities sum to 1.
+    """
+
+    def __init__(self, df_lists):
+        super().__init__()
+        if not df_lists:
+            raise ValueError("RandomChooseData: df_lists is empty")
+        if isinstance(df_lists[0], (tuple, list)):
+            pairs = [(d, float(p)) for d, p in df_lists]
+            total = sum(p for _, p in pairs)
+            if not np.isclose(total, 1.0) or any(p < 0 for _, p in pairs):
+                raise ValueError(f"RandomChooseData: probabilities must be >= 0 and sum to 1, "
+                                 f"got {[p for _, p in pairs]} (sum {total})")
+            self.df_lists = pairs
+        else:
+            prob = 1.0 / len(df_lists)
+            self.df_lists = [(d, prob) for d in df_lists]
+
+    def reset_state(self):
+        super().reset_state()
+        for d, _ in self.df_lists:
+            d.reset_state()
+
+    def __iter__(self):
+        rng = _require_rng(self)
+        itrs = [iter(d) for d, _ in self.df_lists]
+        probs = np.array([p for _, p in self.df_lists], dtype="float64")
+        probs /= probs.sum()
+        while True:
+            k = rng.choice(len(itrs), p=probs)
+            try:
+                dp = next(itrs[k])
+            except StopIteration:
+                return
+            yield dp
+
+
+class RandomMixData(RNGDataFlow):
+    """Randomly interleave several dataflows, using their lengths: every pass yields all
+    ``sum(len(df))`` datapoints, each dataflow's in its own order, at uniformly random positions.
+
+    All dataflows must have a length; one that produces fewer datapoints than its length raises
+    ``ValueError``.
+    """
+
+    def __init__(self, df_lists):
+        super().__init__()
+        self.df_lists = df_lists
+        self.sizes = [len(k) for k in self.df_lists]
+
+    def reset_state(self):
+        super().reset_state()
+        for d in self.df_lists:
+            d.reset_state()
+
+    def __len__(self):
+        return sum(self.sizes)
+
+    def __iter__(self):
+        rng = _require_rng(self)
+        sums = np.cumsum(self.sizes)
+        idxs = np.arange(len(self))
+        rng.shuffle(idxs)
+        which = np.searchsorted(sums, idxs, side="right")
+        itrs = [iter(k) for k in self.df_lists]
+        for k in which:
+            try:
+                dp = next(itrs[k])
+            except StopIteration:
+                raise ValueError(f"RandomMixData: dataflow {k} produced fewer datapoints than "
+                                 f"its len() = {self.sizes[k]}") from None
+            yield dp
+
+
+class ConcatData(DataFlow):
+    """Yield the datapoints of several dataflows one after another."""
+
+    def __init__(self, df_lists):
+        self.df_lists = df_lists
+
+    def reset_state(self):
+        for d in self.df_lists:
+            d.reset_state()
+
+    def __len__(self):
+        return sum(len(x) for x in self.df_lists)
+
+    def __iter__(self):
+        for d in self.df_lists:
+            yield from d
+
+
+class JoinData(DataFlow):
+    """Zip several dataflows and join their datapoints: lists are concatenated
+    (``[c1, c2] + [c3] -> [c1, c2, c3]``), dicts are merged (later keys win).
+
+    The dataflows should have the same length; as in tensorpack, a mismatch only logs a warning
+    (naming the lengths) and the iteration stops when any dataflow is exhausted, ``len()`` being the
+    minimum. Joining a list dataflow with a dict dataflow raises ``TypeError``. ``reset_state``
+    resets each distinct dataflow once, in list order.
+    """
+
+    def __init__(self, df_lists):
+        self.df_lists = df_lists
+        lens = [_len_or_none(d) for d in df_lists]
+        if None not in lens and len(set(lens)) > 1:
+            logger.warning("JoinData: the dataflows to join have different lengths %s; "
+                           "the joined dataflow stops at the shortest.", lens)
+
+    def reset_state(self):
+        seen = set()
+        for d in self.df_lists:
+            if id(d) not in seen:
+                seen.add(id(d))
+                d.reset_state()
+
+    def __len__(self):
+        return min(len(k) for k in self.df_lists)
+
+    def __iter__(self):
+        itrs = [iter(k) for k in self.df_lists]
+        while True:
+            try:
+                all_dps = [next(itr) for itr in itrs]
+            except StopIteration:
+                return
+            if all(isinstance(x, (list, tuple)) for x in all_dps):
+                yield list(itertools.chain.from_iterable(all_dps))
+            elif all(isinstance(x, Mapping) for x in all_dps):
+                dp = {}
+                for x in all_dps:
+                    dp.update(x)
+                yield dp
+            else:
+                raise TypeError("JoinData: cannot join datapoints of types "
+                                f"{[type(x).__name__ for x in all_dps]}; they must be all "
+                                "lists/tuples or all dicts.")
+
+
+class SelectComponent(MapData):
+    """Select / reorder components: ``[dp[i] for i in idxs]`` (a list, also for dict datapoints,
+    where ``idxs`` are keys)."""
+
+    def __init__(self, ds, idxs):
+        self.idxs = list(idxs)
+        super().__init__(ds, self._select)
+
+    def _select(self, dp):
+        return [dp[i] for i in self.idxs]
+
+
+class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
+    """Shuffle through a buffer, for sources too large to shuffle completely.
+
+    Datapoints of ``ds`` (repeated forever internally) enter a FIFO buffer of ``buffer_size``, each
+    ``num_reuse`` times; once the buffer is full, every insertion first pops the oldest one,
+    which is yielded. The buffer is shuffled after every ``shuffle_interval`` datapoints taken
+    from ``ds`` (default ``buffer_size // 3``). Datapoints of one pass of ``ds`` mix with those of
+    the next.
+
+    As in tensorpack, the iterator never ends (``len()``, ``len(ds) * num_reuse``, is the size of
+    an "epoch"), the buffer and position persist across iterations until ``reset_state``, and the
+    dataflow is not reentrant.
+    """
+
+    def __init__(self, ds, buffer_size, num_reuse=1, shuffle_interval=None, nr_reuse=None):
+        """
+        Args:
+            ds (DataFlow): input dataflow.
+            buffer_size (int): size of the buffer.
+            num_reuse (int): times every datapoint is put in the buffer.
+            shuffle_interval (int): shuffle the buffer after this many datapoints of ``ds``.
+            nr_reuse: old name of ``num_reuse``.
+        """
+        if nr_reuse is not None:
+            num_reuse = nr_reuse
+        ProxyDataFlow.__init__(self, ds)
+        buffer_size = int(buffer_size)
+        if buffer_size < 1:
+            raise ValueError(f"LocallyShuffleData: buffer_size must be >= 1, got {buffer_size}")
+        self.q = deque(maxlen=buffer_size)
+        if shuffle_interval is None:
+            shuffle_interval = buffer_size // 3
+        self.shuffle_interval = max(1, int(shuffle_interval))
+        self.num_reuse = int(num_reuse)
+        if self.num_reuse < 1:
+            raise ValueError(f"LocallyShuffleData: num_reuse must be >= 1, got {num_reuse}")
+        self._inf_ds = RepeatedData(ds, -1)
+        self._inf_iter = None
+        self._iter_cnt = 0
+        self._guard = None
+
+    def reset_state(self):
+        self._guard = DataFlowReentrantGuard()
+        ProxyDataFlow.reset_state(self)
+        RNGDataFlow.reset_state(self)
+        self._iter_cnt = 0
+        self.q.clear()
+        self._inf_iter = iter(self._inf_ds)
+
+    def __len__(self):
+        return len(self.ds) * self.num_reuse
+
+    def _shuffle_buffer(self, rng):
+        items = list(self.q)
+        rng.shuffle(items)
+        self.q.clear()
+        self.q.extend(items)
+
+    def __iter__(self):
+        with _guard_of(self):
+            rng = _require_rng(self)
+            if self._inf_iter is None:
+                self._inf_iter = iter(self._inf_ds)
+            for dp in self._inf_iter:
+                self._iter_cnt = (self._iter_cnt + 1) % self.shuffle_interval
+                if self._iter_cnt == 0:
+                    self._shuffle_buffer(rng)
+                for _ in range(self.num_reuse):
+                    # pop, append, then yield: an iteration closed at the yield loses nothing
+                    out = self.q.popleft() if len(self.q) == self.q.maxlen else _EMPTY
+                    self.q.append(dp)
+                    if out is not _EMPTY:
+                        yield out
+
+
+class CacheData(ProxyDataFlow):
+    """Cache the first complete pass of ``ds`` in memory and produce later passes from the cache
+    (shuffled at every pass when ``shuffle=True``; the first pass is in ``ds``'s order).
+
+    A first pass that is stopped early does not leave a partial cache: the next pass reads ``ds``
+    again (tensorpack would serve the partial cache). Concurrent iteration while the cache is being
+    filled raises ``RuntimeError``. ``reset_state`` clears the cache.
+    """
+
+    def __init__(self, ds, shuffle=False):
+        self.shuffle = shuffle
+        super().__init__(ds)
+        self.buffer = []
+        self._complete = False
+        self.rng = None
+        self._guard = None
+
+    def reset_state(self):
+        super().reset_state()
+        self._guard = DataFlowReentrantGuard()
+        if self.shuffle:
+            self.rng = _rng.get_rng(self)
+        self.buffer = []
+        self._complete = False
+
+    def __iter__(self):
+        if self._complete:
+            if self.shuffle:
+                if self.rng is None:
+                    raise RuntimeError("CacheData: call reset_state() before iterating")
+                buf = list(self.buffer)
+                self.rng.shuffle(buf)
+            else:
+                buf = self.buffer
+            yield from buf
+            return
+        with _guard_of(self):
+            filling = []
+            for dp in self.ds:
+                filling.append(dp)
+                yield dp
+            self.buffer = filling
+            self._complete = True
+
+
+class PrintData(ProxyDataFlow):
+    """Pass datapoints through unchanged, printing a structural summary (type, dtype, shape, value
+    range; nested lists/dicts up to ``max_depth`` levels and ``max_list`` items) of the first
+    ``num`` datapoints after each ``reset_state``, as tensorpack: a header line is logged and the
+    summaries are printed to stdout."""
+
+    def __init__(self, ds, num=1, name=None, max_depth=3, max_list=3):
+        """
+        Args:
+            ds (DataFlow): input dataflow.
+            num (int): number of datapoints to print.
+            name (str, optional): label for the output.
+            max_depth (int): depth of nested lists/dicts to describe.
+            max_list (int): number of items of a list/dict to describe.
+        """
+        super().__init__(ds)
+        self.num = num
+        self.name = name
+        self.cnt = 0
+        self.max_depth = max_depth
+        self.max_list = max_list
+
+    def _describe(self, el, pos, depth):
+        ident = " " * (depth * 2)
+        head = f"{ident}{pos}: {type(el).__name__}"
+        lines = []
+        if isinstance(el, (bool, int, float, np.generic)):
+            head += f" with value {el}"
+        elif isinstance(el, np.ndarray):
+            head += f":{el.dtype} of shape {el.shape}"
+            if el.size:
+                try:
+                    head += f" in range [{el.min()}, {el.max()}]"
+                except (TypeError, ValueError):
+                    pass
+        elif isinstance(el, (list, tuple, Mapping)):
+            head += f" of len {len(el)}"
+            items = list(el.items()) if isinstance(el, Mapping) else list(enumerate(el))
+            if depth < self.max_depth:
+                for i, (k, sub) in enumerate(items):
+                    if i >= self.max_list:
+                        lines.append(" " * ((depth + 1) * 2) + "...")
+                        break
+                    lines.append(self._describe(sub, k, depth + 1))
+            elif items:
+                lines.append(" " * ((depth + 1) * 2) + "...")
+        elif isinstance(el, (str, bytes)):
+            head += f" of len {len(el)}"
+        return "\n".join([head] + lines)
+
+    def _get_msg(self, dp):
+        msg = [f"datapoint {self.cnt}/{self.num} with {len(dp)} components consists of"]
+        items = dp.items() if isinstance(dp, Mapping) else enumerate(dp)
+        for key, value in items:
+            msg.append(self._describe(value, key, 1))
+        return "\n".join(msg)
+
+    def __iter__(self):
+        for dp in self.ds:
+            if self.cnt == 0 and self.num > 0:
+                label = f" ({self.name})" if self.name is not None else ""
+                logger.info("Contents of DataFlow%s:", label)
+            if self.cnt < self.num:
+                print(self._get_msg(dp), flush=True)
+                self.cnt += 1
+            yield dp
+
+    def reset_state(self):
+        super().reset_state()
+        self.cnt = 0

@@ -1,0 +1,87 @@
+"""Random streams: one global seed, distinct reproducible streams derived from it.
+
+Without :func:`set_seed`, every stream is seeded from fresh OS entropy (as tensorpack does, but
+without its time-and-pid formula that gives forked workers equal seeds).
+
+With ``set_seed(s)``, every stream is a pure function of ``s``, the worker id and the order of
+requests in that worker:
+
+* :func:`get_rng` hands the ``k``-th caller in a worker (an ``RNGDataFlow.reset_state``, say) the
+  stream ``SeedSequence(s, spawn_key=(worker_id, k))``. Building and resetting the same pipeline in
+  the same order therefore gives the same data, run after run.
+* A parallel worker calls :func:`seed_worker` when it starts; it re-seeds Python's ``random`` and
+  ``numpy.random`` (the legacy global state) from ``(s, worker_id)`` and restarts the request
+  counter, so that workers draw distinct streams (tensorpack gives every worker the same seed).
+  The consuming process is worker ``-1`` and uses spawn keys ``(0, k)``; worker ``i`` uses
+  ``(i + 1, k)``.
+"""
+import itertools
+import os
+import random
+import threading
+
+import numpy as np
+
+__all__ = ["set_seed", "get_seed", "get_rng", "seed_worker", "worker_id"]
+
+_lock = threading.Lock()
+_seed = None
+_counter = itertools.count()
+_worker_id = -1
+
+
+def set_seed(seed):
+    """Make every random stream of the library reproducible from ``seed`` (an int ``>= 0``), or
+    return to OS entropy with ``None``. Also seeds ``random`` and ``numpy.random`` in this process.
+    """
+    global _seed, _counter
+    if seed is not None:
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+        seed = int(seed)
+    with _lock:
+        _seed = seed
+        _counter = itertools.count()
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(_derive(seed, (0,), 2**32 - 1))
+
+
+def get_seed():
+    """The global seed, or ``None``."""
+    return _seed
+
+
+def worker_id():
+    """The id of the parallel worker this code runs in, or ``-1`` in the consuming process."""
+    return _worker_id
+
+
+def _derive(seed, key, bound):
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1, np.uint64)[0] % bound)
+
+
+def get_rng(obj=None):
+    """A new ``numpy.random.RandomState`` for ``obj`` (the argument exists for tensorpack
+    compatibility and is not used): the next stream of this worker, see the module doc."""
+    with _lock:
+        seed, k = _seed, next(_counter)
+    if seed is None:
+        return np.random.RandomState(int.from_bytes(os.urandom(4), "little"))
+    return np.random.RandomState(_derive(seed, (_worker_id + 1, k), 2**32))
+
+
+def seed_worker(wid, seed):
+    """Called once in each worker process, before it runs any user code, with the consuming
+    process's global seed (a spawned process does not inherit it); see the module doc."""
+    global _worker_id, _counter, _seed
+    _worker_id = int(wid)
+    with _lock:
+        _counter = itertools.count()
+        _seed = seed
+    if seed is None:
+        s = int.from_bytes(os.urandom(4), "little")
+    else:
+        s = _derive(seed, (_worker_id + 1,), 2**32)
+    random.seed(s)
+    np.random.seed(s)

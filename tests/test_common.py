@@ -1,0 +1,586 @@
+import logging
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import dataflow
+from dataflow import (BatchData, BatchDataByShape, CacheData, ConcatData, DataFlow,
+                      DataFromGenerator, DataFromList, FixedSizeData, JoinData,
+                      LocallyShuffleData, MapData, MapDataComponent, PrintData, RandomChooseData,
+                      RandomMixData, RepeatedData, RepeatedDataPoint, SelectComponent,
+                      TestDataSpeed, set_seed)
+
+
+@pytest.fixture(autouse=True)
+def _no_global_seed():
+    set_seed(None)
+    yield
+    set_seed(None)
+
+
+class Counting(DataFlow):
+    """[0], [1], ..., [n-1]; counts its passes and resets."""
+
+    def __init__(self, n, start=0):
+        self.n, self.start = n, start
+        self.passes = 0
+        self.resets = 0
+
+    def reset_state(self):
+        self.resets += 1
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        self.passes += 1
+        for i in range(self.start, self.start + self.n):
+            yield [i]
+
+
+def lst(df):
+    """One pass (``list(df)`` would call ``len(df)``, which may raise NotImplementedError)."""
+    return list(iter(df))
+
+
+def take(df, n):
+    it = iter(df)
+    out = [next(it) for _ in range(n)]
+    it.close()
+    return out
+
+
+def flat(dps):
+    return [dp[0] for dp in dps]
+
+
+def assert_not_reentrant(df):
+    a = iter(df)
+    next(a)
+    b = iter(df)
+    with pytest.raises(RuntimeError, match="reentrant"):
+        next(b)
+    a.close()
+
+
+# ---------------------------------------------------------------- MapData
+
+def test_mapdata_maps_in_order_and_drops_none():
+    df = MapData(Counting(6), lambda dp: None if dp[0] % 2 else [dp[0] * 10])
+    df.reset_state()
+    assert lst(df) == [[0], [20], [40]]
+    assert len(df) == 6  # tensorpack: len of the source, even when some are dropped
+
+
+def test_mapdata_func_gets_shallow_copy():
+    src = [[1, "a"], [2, "b"]]
+
+    def f(dp):
+        dp[0] = -dp[0]
+        return dp
+
+    df = MapData(DataFromList(src, shuffle=False), f)
+    df.reset_state()
+    assert lst(df) == [[-1, "a"], [-2, "b"]]
+    assert src == [[1, "a"], [2, "b"]]
+
+
+def test_mapdata_dict_datapoints():
+    df = MapData(DataFromList([{"x": 1}, {"x": 2}], shuffle=False),
+                 lambda dp: {**dp, "y": dp["x"] + 1})
+    df.reset_state()
+    assert lst(df) == [{"x": 1, "y": 2}, {"x": 2, "y": 3}]
+
+
+def test_mapdata_generator_result_is_type_error():
+    def my_bad_mapper(dp):
+        if dp[0] == 2:
+            yield dp
+        return
+
+    def wrapper(dp):
+        if dp[0] < 2:
+            return dp
+        return my_bad_mapper(dp)
+
+    df = MapData(Counting(5), wrapper)
+    df.reset_state()
+    it = iter(df)
+    assert next(it) == [0] and next(it) == [1]
+    with pytest.raises(TypeError) as ei:
+        next(it)
+    msg = str(ei.value)
+    assert "wrapper" in msg and "datapoint 2" in msg
+
+
+# ---------------------------------------------------------------- MapDataComponent
+
+def test_mapdatacomponent_list_tuple_and_none():
+    src = [(1, "a"), (2, "b"), (3, "c")]
+    df = MapDataComponent(DataFromList(src, shuffle=False),
+                          lambda x: None if x == 2 else x * 100, index=0)
+    df.reset_state()
+    assert lst(df) == [[100, "a"], [300, "c"]]
+    assert src == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_mapdatacomponent_dict_key_and_source_untouched():
+    src = [{"img": 1, "label": 5}, {"img": 2, "label": 6}]
+    df = MapDataComponent(DataFromList(src, shuffle=False), lambda v: v + 1, index="label")
+    df.reset_state()
+    assert lst(df) == [{"img": 1, "label": 6}, {"img": 2, "label": 7}]
+    assert src[0]["label"] == 5
+
+
+# ---------------------------------------------------------------- BatchData
+
+def test_batchdata_remainder_false_drops_last_batch():
+    df = BatchData(Counting(10), 3)
+    df.reset_state()
+    assert len(df) == 3
+    out = lst(df)
+    assert len(out) == 3
+    assert [b[0].tolist() for b in out] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
+def test_batchdata_remainder_true_keeps_last_batch():
+    df = BatchData(Counting(10), 3, remainder=True)
+    df.reset_state()
+    assert len(df) == 4
+    out = lst(df)
+    assert [b[0].tolist() for b in out] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert len(BatchData(Counting(9), 3, remainder=True)) == 3
+
+
+def test_batchdata_dtypes():
+    src = [[i, float(i), bool(i % 2), np.full((2, 2), i, np.uint8), f"s{i}", np.int16(i),
+            {"k": i}] for i in range(4)]
+    df = BatchData(DataFromList(src, shuffle=False), 4)
+    df.reset_state()
+    (b,) = lst(df)
+    assert b[0].dtype == np.int32 and b[0].tolist() == [0, 1, 2, 3]
+    assert b[1].dtype == np.float32
+    assert b[2].dtype == np.bool_ and b[2].tolist() == [False, True, False, True]
+    assert b[3].dtype == np.uint8 and b[3].shape == (4, 2, 2) and b[3][3, 1, 1] == 3
+    assert b[4].dtype.kind == "U" and b[4].tolist() == ["s0", "s1", "s2", "s3"]
+    assert b[5].dtype == np.int16
+    assert b[6] == [{"k": 0}, {"k": 1}, {"k": 2}, {"k": 3}]  # unbatchable -> list
+
+
+def test_batchdata_big_python_int_falls_back_to_int64():
+    b = BatchData.aggregate_batch([[2 ** 40], [1]])
+    assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
+
+
+def test_batchdata_dicts_and_use_list():
+    src = [{"a": np.zeros(3, np.float64) + i, "b": i} for i in range(4)]
+    df = BatchData(DataFromList(src, shuffle=False), 2)
+    df.reset_state()
+    out = lst(df)
+    assert set(out[0]) == {"a", "b"}
+    assert out[0]["a"].shape == (2, 3) and out[0]["a"].dtype == np.float64
+    assert out[1]["b"].tolist() == [2, 3]
+    ul = BatchData(DataFromList(src, shuffle=False), 2, use_list=True)
+    ul.reset_state()
+    out = lst(ul)
+    assert isinstance(out[0]["a"], list) and out[0]["b"] == [0, 1]
+
+
+def test_batchdata_tuple_datapoints_give_lists():
+    out = BatchData.aggregate_batch([(1, 2.0), (3, 4.0)])
+    assert isinstance(out, list) and out[0].tolist() == [1, 3]
+
+
+def test_batchdata_shape_mismatch_message():
+    src = [[np.zeros((2, 3)), 0], [np.zeros((2, 3)), 1], [np.zeros((4, 3)), 2]]
+    df = BatchData(DataFromList(src, shuffle=False), 3)
+    df.reset_state()
+    with pytest.raises(ValueError) as ei:
+        lst(df)
+    msg = str(ei.value)
+    assert "component 0" in msg
+    assert "(2, 3)" in msg and "(4, 3)" in msg
+    assert "datapoint 2" in msg
+
+
+def test_batchdata_shape_mismatch_message_names_dict_key():
+    with pytest.raises(ValueError, match="'img'.*\\(5,\\).*\\(6,\\)"):
+        BatchData.aggregate_batch([{"img": np.zeros(5)}, {"img": np.zeros(6)}])
+
+
+def test_batchdata_batch_larger_than_data():
+    with pytest.raises(ValueError, match="batch_size=5"):
+        BatchData(Counting(3), 5)
+    df = BatchData(Counting(3), 5, remainder=True)
+    df.reset_state()
+    assert len(df) == 1 and lst(df)[0][0].tolist() == [0, 1, 2]
+    # unknown length: no construction-time check
+    BatchData(DataFromGenerator(lambda: iter([[1]])), 5)
+    with pytest.raises(ValueError):
+        BatchData(Counting(3), 0)
+
+
+def test_batchdata_rejects_non_list_datapoint():
+    with pytest.raises(ValueError, match="list, tuple or dict"):
+        BatchData.aggregate_batch([1, 2])
+
+
+# ---------------------------------------------------------------- BatchDataByShape
+
+def _shaped(sizes):
+    return DataFromList([[np.zeros(s), i] for i, s in enumerate(sizes)], shuffle=False)
+
+
+def test_batchdatabyshape_groups_by_shape():
+    df = BatchDataByShape(_shaped([1, 2, 1, 2, 3, 1, 2]), 2, idx=0)
+    df.reset_state()
+    out = lst(df)
+    assert [(b[0].shape, b[1].tolist()) for b in out] == [((2, 1), [0, 2]), ((2, 2), [1, 3])]
+    # leftovers ([5] of shape 1, [6] of shape 2) are kept for the next pass
+    out2 = lst(df)
+    assert [b[1].tolist() for b in out2][:2] == [[5, 0], [6, 1]]
+
+
+def test_batchdatabyshape_not_reentrant():
+    df = BatchDataByShape(_shaped([1] * 8), 2, idx=0)
+    df.reset_state()
+    assert_not_reentrant(df)
+
+
+# ---------------------------------------------------------------- FixedSizeData
+
+def test_fixedsizedata_keep_state():
+    df = FixedSizeData(Counting(5), 3, keep_state=True)
+    df.reset_state()
+    assert len(df) == 3
+    assert [flat(lst(df)) for _ in range(3)] == [[0, 1, 2], [3, 4, 0], [1, 2, 3]]
+
+
+def test_fixedsizedata_no_keep_state():
+    df = FixedSizeData(Counting(5), 3, keep_state=False)
+    df.reset_state()
+    assert [flat(lst(df)) for _ in range(2)] == [[0, 1, 2], [0, 1, 2]]
+    df6 = FixedSizeData(Counting(5), 6, keep_state=False)
+    df6.reset_state()
+    assert [flat(lst(df6)) for _ in range(2)] == [[0, 1, 2, 3, 4, 0]] * 2
+
+
+def test_fixedsizedata_empty_source_and_reentrancy():
+    df = FixedSizeData(Counting(0), 3)
+    df.reset_state()
+    with pytest.raises(ValueError, match="no datapoint"):
+        lst(df)
+    df = FixedSizeData(Counting(5), 4)
+    df.reset_state()
+    assert_not_reentrant(df)
+
+
+# ---------------------------------------------------------------- RepeatedData / RepeatedDataPoint
+
+def test_repeateddata_finite():
+    df = RepeatedData(Counting(3), 2)
+    df.reset_state()
+    assert len(df) == 6
+    assert flat(lst(df)) == [0, 1, 2, 0, 1, 2]
+
+
+def test_repeateddata_infinite():
+    df = RepeatedData(Counting(3), -1)
+    df.reset_state()
+    with pytest.raises(NotImplementedError, match="infinite"):
+        len(df)
+    assert flat(take(df, 8)) == [0, 1, 2, 0, 1, 2, 0, 1]
+
+
+def test_repeateddata_infinite_empty_source_raises_instead_of_hanging():
+    df = RepeatedData(Counting(0), -1)
+    df.reset_state()
+    with pytest.raises(ValueError, match="no datapoint"):
+        next(iter(df))
+
+
+def test_repeateddatapoint():
+    df = RepeatedDataPoint(Counting(3), 2)
+    df.reset_state()
+    assert len(df) == 6
+    assert flat(lst(df)) == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(ValueError):
+        RepeatedDataPoint(Counting(3), 0)
+
+
+# ---------------------------------------------------------------- RandomChooseData
+
+def test_randomchoosedata_probabilities_and_stop():
+    a, b = Counting(50, start=0), Counting(50, start=1000)
+    df = RandomChooseData([(a, 1.0), (b, 0.0)])
+    df.reset_state()
+    assert a.resets == 1 and b.resets == 1
+    assert flat(lst(df)) == list(range(50))
+
+
+def test_randomchoosedata_mixes_and_stops_at_first_exhausted():
+    a, b = Counting(30, start=0), Counting(30, start=1000)
+    df = RandomChooseData([a, b])
+    df.reset_state()
+    out = flat(lst(df))
+    from_a = [x for x in out if x < 1000]
+    from_b = [x - 1000 for x in out if x >= 1000]
+    assert from_a == list(range(len(from_a))) and from_b == list(range(len(from_b)))
+    assert 30 in (len(from_a), len(from_b))  # stopped when one was exhausted
+    assert from_a and from_b
+
+
+def test_randomchoosedata_seeded_and_bad_probs():
+    def run():
+        df = RandomChooseData([[Counting(20), 0.3], [Counting(20, start=100), 0.7]])
+        df.reset_state()
+        return flat(lst(df))
+
+    set_seed(5)
+    r1 = run()
+    set_seed(5)
+    assert run() == r1
+    with pytest.raises(ValueError, match="sum to 1"):
+        RandomChooseData([(Counting(2), 0.5), (Counting(2), 0.6)])
+
+
+# ---------------------------------------------------------------- RandomMixData
+
+def test_randommixdata():
+    a, b = Counting(20, start=0), Counting(10, start=100)
+    df = RandomMixData([a, b])
+    df.reset_state()
+    assert len(df) == 30
+    out = flat(lst(df))
+    assert sorted(out) == list(range(20)) + list(range(100, 110))
+    assert [x for x in out if x < 100] == list(range(20))  # each source keeps its order
+    assert out != list(range(20)) + list(range(100, 110))
+
+
+def test_randommixdata_seeded():
+    def run():
+        df = RandomMixData([Counting(20), Counting(20, start=100)])
+        df.reset_state()
+        return flat(lst(df))
+
+    set_seed(11)
+    r1 = run()
+    set_seed(11)
+    assert run() == r1
+    set_seed(12)
+    assert run() != r1
+
+
+# ---------------------------------------------------------------- ConcatData / JoinData
+
+def test_concatdata():
+    df = ConcatData([Counting(2), Counting(3, start=10)])
+    df.reset_state()
+    assert len(df) == 5
+    assert flat(lst(df)) == [0, 1, 10, 11, 12]
+
+
+def test_joindata_lists_and_dicts():
+    df = JoinData([DataFromList([[1, 2], [3, 4]], shuffle=False),
+                   DataFromList([(5,), (6,)], shuffle=False)])
+    df.reset_state()
+    assert len(df) == 2
+    assert lst(df) == [[1, 2, 5], [3, 4, 6]]
+    dd = JoinData([DataFromList([{"a": 1}], shuffle=False),
+                   DataFromList([{"b": 2}], shuffle=False)])
+    dd.reset_state()
+    assert lst(dd) == [{"a": 1, "b": 2}]
+
+
+def test_joindata_length_mismatch_warns_and_stops_at_shortest(caplog):
+    with caplog.at_level(logging.WARNING, logger="dataflow"):
+        df = JoinData([Counting(3), Counting(5, start=10)])
+    assert "[3, 5]" in caplog.text
+    df.reset_state()
+    assert len(df) == 3
+    assert lst(df) == [[0, 10], [1, 11], [2, 12]]
+
+
+def test_joindata_mixed_types_and_reset_once():
+    c = Counting(2)
+    df = JoinData([c, DataFromList([{"a": 1}, {"a": 2}], shuffle=False)])
+    df.reset_state()
+    with pytest.raises(TypeError, match="all dicts"):
+        lst(df)
+    c2 = Counting(2)
+    same = JoinData([c2, c2])
+    same.reset_state()
+    assert c2.resets == 1
+
+
+# ---------------------------------------------------------------- SelectComponent
+
+def test_selectcomponent():
+    df = SelectComponent(DataFromList([[1, 2, 3], [4, 5, 6]], shuffle=False), [2, 0])
+    df.reset_state()
+    assert lst(df) == [[3, 1], [6, 4]]
+    dd = SelectComponent(DataFromList([{"a": 1, "b": 2}], shuffle=False), ["b"])
+    dd.reset_state()
+    assert lst(dd) == [[2]]
+
+
+# ---------------------------------------------------------------- LocallyShuffleData
+
+def test_locallyshuffle_without_shuffle_is_a_delayed_fifo():
+    df = LocallyShuffleData(Counting(10), buffer_size=4, shuffle_interval=10 ** 9)
+    df.reset_state()
+    assert len(df) == 10
+    # never ends: two "epochs" and more come from one iterator
+    assert flat(take(df, 25)) == [i % 10 for i in range(25)]
+    # the buffer and position persist: a new iteration continues the stream
+    assert flat(take(df, 5)) == [5, 6, 7, 8, 9]
+    df.reset_state()
+    assert flat(take(df, 3)) == [0, 1, 2]
+
+
+def test_locallyshuffle_num_reuse():
+    df = LocallyShuffleData(Counting(5), buffer_size=3, num_reuse=2, shuffle_interval=10 ** 9)
+    df.reset_state()
+    assert len(df) == 10
+    assert flat(take(df, 8)) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_locallyshuffle_shuffles_locally():
+    n, buf = 60, 10
+    df = LocallyShuffleData(Counting(n), buffer_size=buf)
+    df.reset_state()
+    out = flat(take(df, 3 * n))
+    assert out[:n] != list(range(n))
+    counts = Counter(out)
+    assert set(counts) == set(range(n))
+    assert all(2 <= c <= 4 for c in counts.values())
+
+
+def test_locallyshuffle_seeded_and_not_reentrant():
+    def run():
+        df = LocallyShuffleData(Counting(30), buffer_size=9)
+        df.reset_state()
+        return flat(take(df, 40))
+
+    set_seed(3)
+    r1 = run()
+    set_seed(3)
+    assert run() == r1
+    set_seed(None)
+    assert run() != run()
+    df = LocallyShuffleData(Counting(30), buffer_size=2)
+    df.reset_state()
+    assert_not_reentrant(df)
+
+
+# ---------------------------------------------------------------- CacheData
+
+def test_cachedata_reads_source_once():
+    src = Counting(5)
+    df = CacheData(src)
+    df.reset_state()
+    assert flat(lst(df)) == [0, 1, 2, 3, 4]
+    assert flat(lst(df)) == [0, 1, 2, 3, 4]
+    assert src.passes == 1
+    df.reset_state()  # clears the cache
+    lst(df)
+    assert src.passes == 2
+
+
+def test_cachedata_partial_first_pass_is_not_cached():
+    src = Counting(5)
+    df = CacheData(src)
+    df.reset_state()
+    assert flat(take(df, 2)) == [0, 1]
+    assert flat(lst(df)) == [0, 1, 2, 3, 4]
+    assert src.passes == 2
+
+
+def test_cachedata_shuffle_permutation_and_seed():
+    def run():
+        df = CacheData(Counting(30), shuffle=True)
+        df.reset_state()
+        return [flat(lst(df)) for _ in range(3)]
+
+    set_seed(9)
+    p = run()
+    assert p[0] == list(range(30))  # first pass: source order
+    assert sorted(p[1]) == list(range(30)) and p[1] != p[0] and p[2] != p[1]
+    set_seed(9)
+    assert run() == p
+
+
+def test_cachedata_not_reentrant_while_filling():
+    df = CacheData(Counting(5))
+    df.reset_state()
+    assert_not_reentrant(df)
+
+
+# ---------------------------------------------------------------- PrintData
+
+def test_printdata_prints_structure_and_passes_through(capsys, caplog):
+    src = [[np.arange(6, dtype=np.int16).reshape(2, 3), 1.5, [1, 2, 3, 4, 5]], [None, 0, []]]
+    df = PrintData(DataFromList(src, shuffle=False), num=1, name="mine", max_list=2)
+    with caplog.at_level(logging.INFO, logger="dataflow"):
+        df.reset_state()
+        out = lst(df)
+    assert len(out) == 2 and all(o is s for o, s in zip(out, src))
+    printed = capsys.readouterr().out
+    assert "datapoint 0/1 with 3 components" in printed
+    assert "int16" in printed and "(2, 3)" in printed and "[0, 5]" in printed
+    assert "with value 1.5" in printed
+    assert "list of len 5" in printed and "..." in printed
+    assert "datapoint 1/1" not in printed  # only num datapoints
+    assert "mine" in caplog.text
+    lst(df)
+    assert capsys.readouterr().out == ""  # as tensorpack: once per reset_state
+    df.reset_state()
+    lst(df)
+    assert "datapoint 0/1" in capsys.readouterr().out
+
+
+def test_printdata_dict_datapoint(capsys):
+    df = PrintData(DataFromList([{"img": np.zeros((4, 4), np.float32)}], shuffle=False))
+    df.reset_state()
+    lst(df)
+    printed = capsys.readouterr().out
+    assert "img: ndarray:float32 of shape (4, 4)" in printed
+
+
+# ---------------------------------------------------------------- TestDataSpeed
+
+def test_testdataspeed_with_tqdm_loops_source(capsys):
+    pytest.importorskip("tqdm")
+    src = Counting(7)
+    speed = TestDataSpeed(src, size=20, warmup=3).start()
+    assert isinstance(speed, float) and speed > 0
+    assert src.resets == 1
+    assert src.passes == 4  # 23 datapoints from a source of 7
+    assert "datapoints/s" in capsys.readouterr().out
+
+
+def test_testdataspeed_without_tqdm(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # makes ``import tqdm`` fail
+    t = TestDataSpeed(Counting(10), size=30)
+    monkeypatch.setattr(t, "print_interval", 0.0)
+    speed = t.start_test()
+    assert isinstance(speed, float) and speed > 0
+    out = capsys.readouterr().out
+    assert "30/30 datapoints" in out and "datapoints/s" in out
+
+
+def test_testdataspeed_iter_runs_test_then_yields_data(capsys):
+    df = TestDataSpeed(Counting(4), size=2)
+    df.reset_state()
+    assert flat(lst(df)) == [0, 1, 2, 3]
+    assert "datapoints/s" in capsys.readouterr().out
+
+
+def test_exported_from_package():
+    for name in ["MapData", "MapDataComponent", "BatchData", "BatchDataByShape", "FixedSizeData",
+                 "RepeatedData", "RepeatedDataPoint", "RandomChooseData", "RandomMixData",
+                 "ConcatData", "JoinData", "SelectComponent", "LocallyShuffleData", "CacheData",
+                 "PrintData", "TestDataSpeed"]:
+        assert getattr(dataflow, name).__module__ == "dataflow.common"

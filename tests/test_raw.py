@@ -1,0 +1,207 @@
+import queue
+
+import numpy as np
+import pytest
+
+import dataflow
+from dataflow import (DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue, FakeData,
+                      set_seed)
+
+
+@pytest.fixture(autouse=True)
+def _no_global_seed():
+    set_seed(None)
+    yield
+    set_seed(None)
+
+
+def _passes(df, n=1):
+    df.reset_state()
+    return [list(iter(df)) for _ in range(n)]  # list(df) would probe len()
+
+
+# ---------------------------------------------------------------- DataFromList
+
+def test_datafromlist_no_shuffle_keeps_order_every_pass():
+    lst = [[i] for i in range(7)]
+    df = DataFromList(lst, shuffle=False)
+    assert len(df) == 7
+    p1, p2 = _passes(df, 2)
+    assert p1 == lst and p2 == lst
+
+
+def test_datafromlist_shuffle_is_a_permutation_and_changes():
+    lst = [[i] for i in range(50)]
+    df = DataFromList(lst, shuffle=True)
+    passes = _passes(df, 3)
+    for p in passes:
+        assert sorted(p) == lst
+    # equal passes, or a pass equal to the identity, are practically impossible for 50 items
+    assert not (passes[0] == passes[1] == passes[2])
+    assert passes[0] != lst
+
+
+def test_datafromlist_set_seed_reproducible_and_unseeded_differs():
+    lst = [[i] for i in range(40)]
+
+    def run():
+        df = DataFromList(lst)
+        return _passes(df, 2)
+
+    set_seed(123)
+    a = run()
+    set_seed(123)
+    b = run()
+    assert a == b
+    set_seed(124)
+    c = run()
+    assert c != a
+    set_seed(None)
+    d, e = run(), run()
+    assert d != e
+
+
+def test_datafromlist_without_reset_state_is_a_clear_error():
+    df = DataFromList([[1], [2]], shuffle=True)
+    with pytest.raises(RuntimeError, match="reset_state"):
+        list(iter(df))
+
+
+def test_datafromlist_dict_datapoints():
+    lst = [{"a": i} for i in range(3)]
+    (p,) = _passes(DataFromList(lst, shuffle=False))
+    assert p == lst
+
+
+# ---------------------------------------------------------------- DataFromGenerator
+
+def test_datafromgenerator_function_reiterable():
+    def gen():
+        for i in range(4):
+            yield [i]
+
+    df = DataFromGenerator(gen)
+    assert _passes(df, 2) == [[[0], [1], [2], [3]]] * 2
+    with pytest.raises(NotImplementedError):
+        len(df)
+
+
+def test_datafromgenerator_object_second_pass_raises():
+    df = DataFromGenerator(([i] for i in range(3)))
+    df.reset_state()
+    assert list(iter(df)) == [[0], [1], [2]]
+    with pytest.raises(RuntimeError, match="already exhausted"):
+        list(iter(df))
+
+
+def test_datafromgenerator_object_partial_pass_resumes():
+    df = DataFromGenerator(([i] for i in range(4)))
+    df.reset_state()
+    it = iter(df)
+    assert next(it) == [0]
+    it.close()
+    assert list(iter(df)) == [[1], [2], [3]]
+
+
+def test_datafromgenerator_size_gives_len():
+    assert len(DataFromGenerator(lambda: iter([[1]]), size=1)) == 1
+
+
+# ---------------------------------------------------------------- DataFromIterable
+
+def test_datafromiterable_with_len():
+    df = DataFromIterable([[0], [1], [2]])
+    assert len(df) == 3
+    assert _passes(df, 2) == [[[0], [1], [2]]] * 2
+
+
+def test_datafromiterable_without_len():
+    class It:
+        def __iter__(self):
+            return iter([[5], [6]])
+
+    df = DataFromIterable(It())
+    with pytest.raises(NotImplementedError):
+        len(df)
+    assert _passes(df, 2) == [[[5], [6]]] * 2
+
+
+# ---------------------------------------------------------------- DataFromQueue
+
+def test_datafromqueue_yields_queue_items():
+    q = queue.Queue()
+    for i in range(3):
+        q.put([i])
+    df = DataFromQueue(q)
+    df.reset_state()
+    it = iter(df)
+    assert [next(it) for _ in range(3)] == [[0], [1], [2]]
+    q.put([9])
+    assert next(it) == [9]
+    it.close()
+
+
+def test_datafromqueue_is_not_reentrant():
+    q = queue.Queue()
+    for i in range(4):
+        q.put([i])
+    df = DataFromQueue(q)
+    df.reset_state()
+    a = iter(df)
+    assert next(a) == [0]
+    b = iter(df)
+    with pytest.raises(RuntimeError, match="reentrant"):
+        next(b)
+    a.close()
+    # once the first iteration is over, a new one works
+    c = iter(df)
+    assert next(c) == [1]
+    c.close()
+
+
+# ---------------------------------------------------------------- FakeData
+
+def test_fakedata_shapes_dtypes_domain_len():
+    df = FakeData([[2, 3], [4]], size=5, dtype=["float32", "int64"], domain=[(0, 1), (10, 20)])
+    assert len(df) == 5
+    (p,) = _passes(df)
+    assert len(p) == 5
+    for dp in p:
+        assert dp[0].shape == (2, 3) and dp[0].dtype == np.float32
+        assert dp[1].shape == (4,) and dp[1].dtype == np.int64
+        assert (dp[0] >= 0).all() and (dp[0] < 1).all()
+        assert (dp[1] >= 10).all() and (dp[1] < 20).all()
+    assert not np.array_equal(p[0][0], p[1][0])
+
+
+def test_fakedata_single_dtype_and_list_domain():
+    df = FakeData([[3]], size=2, dtype="uint8", domain=[0, 255])
+    (p,) = _passes(df)
+    assert p[0][0].dtype == np.uint8
+
+
+def test_fakedata_non_random_repeats_same_datapoint():
+    df = FakeData([[3], [2]], size=4, random=False)
+    (p,) = _passes(df)
+    for dp in p[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(dp, p[0]))
+        assert dp is not p[0]  # a shallow copy, as in tensorpack
+
+
+def test_fakedata_seeded():
+    set_seed(7)
+    a = _passes(FakeData([[3]], size=3))
+    set_seed(7)
+    b = _passes(FakeData([[3]], size=3))
+    assert all(np.array_equal(x[0], y[0]) for x, y in zip(a[0], b[0]))
+
+
+def test_fakedata_dtype_count_mismatch():
+    with pytest.raises(ValueError):
+        FakeData([[1], [2]], dtype=["float32"])
+
+
+def test_exported_from_package():
+    for name in ["DataFromList", "DataFromGenerator", "DataFromIterable", "DataFromQueue",
+                 "FakeData"]:
+        assert getattr(dataflow, name).__module__ == "dataflow.raw"
