@@ -1,0 +1,338 @@
+"""Serialization of datapoints: the public codec and the wire format of the process transport.
+
+``dumps(obj)`` encodes a datapoint into one message and ``loads(buf)`` decodes it again.
+``dumps_oob``/``loads_oob`` are the same codec with large arrays kept out of band, so that a
+transport can move their bytes by other means (for example through shared memory).
+
+Values round-trip exactly, type included:
+
+- ``None``, ``bool``, ``int`` of any size, ``float``, ``complex``, ``str`` and ``bytes``;
+- ``list``, ``tuple`` and ``dict`` (keys may be any supported hashable value);
+- numpy scalars (``np.float16(1.5)`` comes back as ``np.float16``);
+- numpy arrays of boolean, integer, floating, complex, ``datetime64``, ``timedelta64``,
+  fixed-width bytes (``S``), unicode (``U``) and raw void (``V``) dtypes, with any shape,
+  byte order and strides.  Dtype and shape are kept; an F-contiguous array comes back
+  F-contiguous, any other array comes back C-contiguous.
+
+Instances of subclasses of ``int``, ``float``, ``str``, ``bytes``, ``list``, ``tuple`` and
+``dict`` (``IntEnum``, ``namedtuple``, ``OrderedDict``, ...) and of ``numpy.ndarray`` (``memmap``,
+``matrix``) are encoded as their base type; ``bytearray`` and ``memoryview`` come back as
+``bytes``.  Anything else -- object arrays, structured dtypes, masked arrays, sets, datetimes,
+custom classes -- raises ``TypeError`` naming the type and where it was found, for example
+``cannot serialize object of type 'set' at [1]['mask']``.
+
+There is deliberately no pickle fallback.  Unpickling runs arbitrary code and so must never be
+applied to bytes that crossed a process boundary by accident, and a silent fallback would make
+some datapoints orders of magnitude slower with nothing to show why.  Convert such values to
+supported ones (a set to a sorted list, a datetime to a ``np.datetime64``) before encoding.
+
+Message format of ``dumps`` (integers little-endian, offsets from the start of the message):
+
+    prefix   b"DFMP", u8 version, 3 zero bytes, u32 buffer count N, u64 header length;
+             then N x u64, the offset of each array buffer
+    header   the msgpack encoding of the object; arrays are ext records that name a buffer
+    buffers  the raw bytes of every array, each starting at a multiple of 64
+
+All functions are thread-safe: they keep no state between calls.
+"""
+import math
+import struct
+import sys
+
+import msgpack
+import numpy as np
+
+__all__ = ["DEFAULT_OOB_THRESHOLD", "dumps", "dumps_oob", "loads", "loads_oob"]
+
+DEFAULT_OOB_THRESHOLD = 16 * 1024
+"""Arrays of at least this many bytes are kept out of band by :func:`dumps_oob`."""
+
+ALIGNMENT = 64
+"""Every array buffer in a :func:`dumps` message starts at a multiple of this many bytes."""
+
+_MAGIC = b"DFMP"
+_VERSION = 1
+_PREFIX = struct.Struct("<4sB3xIQ")
+
+_EXT_INT, _EXT_TUPLE, _EXT_COMPLEX, _EXT_SCALAR, _EXT_ARRAY = 1, 2, 3, 4, 5
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1   # the range msgpack encodes natively
+_KINDS = frozenset("biufcmMSUV")                  # dtype kinds whose bytes are the values
+_BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
+               (list, list), (dict, dict))
+
+
+class _Unsupported(TypeError):
+    """Raised by the encoder's default hook; turned into a TypeError with a path."""
+
+    def __init__(self, obj, what=None):
+        super().__init__()
+        self.obj = obj
+        self.what = what or f"object of type {type(obj).__name__!r}"
+
+
+class _Anchor(np.ndarray):
+    """Private view type used by :func:`loads_oob`.
+
+    numpy shortens chains of views by skipping intermediate views of the same type as the new
+    one.  A view of this type is never skipped when making the final ``np.ndarray``, and no
+    caller-supplied buffer can be of this type, so the buffer object always stays on the chain.
+    """
+
+
+def _dtype_ok(dtype):
+    return dtype.kind in _KINDS and dtype.fields is None and not dtype.hasobject
+
+
+def _is_fortran(a):
+    """Whether the array's bytes are laid out (and so are stored) in Fortran order."""
+    return a.flags.f_contiguous and not a.flags.c_contiguous
+
+
+def _byte_view(a):
+    """A 1-D uint8 view of the array's data in C or F order; copies only a non-contiguous array."""
+    if _is_fortran(a):
+        a = a.T
+    elif not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+def _shape(flat, dtype, shape, fortran):
+    """View the first bytes of the 1-D uint8 array ``flat`` as an array of dtype and shape."""
+    nbytes = dtype.itemsize * math.prod(shape)
+    if flat.size < nbytes:
+        raise ValueError(f"array needs {nbytes} bytes, buffer has {flat.size}")
+    return flat[:nbytes].view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
+class _Encoder:
+    """Packs one object; arrays of at least ``threshold`` bytes are appended to ``buffers``.
+
+    With ``raw`` the arrays themselves are appended, for :func:`dumps` to copy into place;
+    otherwise a 1-D uint8 view of their bytes is.
+    """
+
+    def __init__(self, buffers, threshold, raw=False):
+        self.buffers = buffers
+        self.threshold = threshold
+        self.raw = raw
+
+    def encode(self, obj):
+        mark = len(self.buffers)
+        try:
+            return self.pack(obj)
+        except BaseException as exc:
+            del self.buffers[mark:]
+            if isinstance(exc, _Unsupported):
+                raise TypeError(f"cannot serialize {exc.what} at {_locate(obj, exc.obj)}") from None
+            raise
+
+    def pack(self, obj):
+        return msgpack.packb(obj, default=self.default, strict_types=True, use_bin_type=True)
+
+    def default(self, obj):
+        if isinstance(obj, np.ndarray):
+            return self.array(obj)
+        if isinstance(obj, np.generic):
+            if not _dtype_ok(obj.dtype):
+                raise _Unsupported(obj)
+            code = obj.dtype.str.encode()
+            return msgpack.ExtType(_EXT_SCALAR, bytes([len(code)]) + code + obj.tobytes())
+        if isinstance(obj, int):    # too large for msgpack, or a subclass such as IntEnum
+            value = int.__int__(obj)
+            if _INT_MIN <= value <= _INT_MAX:
+                return value
+            return msgpack.ExtType(
+                _EXT_INT, value.to_bytes(value.bit_length() // 8 + 1, "little", signed=True))
+        if isinstance(obj, tuple):
+            return msgpack.ExtType(_EXT_TUPLE, self.pack(list(obj)))
+        if isinstance(obj, complex):
+            return msgpack.ExtType(_EXT_COMPLEX, struct.pack("<dd", obj.real, obj.imag))
+        for base, convert in _BASE_TYPES:
+            if isinstance(obj, base):
+                return convert(obj)
+        raise _Unsupported(obj)
+
+    def array(self, obj):
+        a = obj
+        if type(a) is not np.ndarray:
+            ma = sys.modules.get("numpy.ma")
+            if ma is not None and isinstance(a, ma.MaskedArray):
+                raise _Unsupported(obj)     # the mask would be lost
+            a = a.view(np.ndarray)
+        if not _dtype_ok(a.dtype):
+            raise _Unsupported(obj, f"object of type {type(obj).__name__!r} with dtype {a.dtype}")
+        fortran = _is_fortran(a)
+        if a.nbytes >= self.threshold:
+            where = len(self.buffers)
+            self.buffers.append(a if self.raw else _byte_view(a))
+        else:
+            where = a.tobytes(order="F" if fortran else "C")
+        return msgpack.ExtType(_EXT_ARRAY, msgpack.packb([a.dtype.str, a.shape, fortran, where]))
+
+
+class _Decoder:
+    """Unpacks one header; ``resolve(i)`` gives out-of-band buffer ``i`` as a 1-D uint8 array."""
+
+    def __init__(self, resolve):
+        self.resolve = resolve
+
+    def decode(self, header):
+        try:
+            return self.unpack(header)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            raise ValueError(f"malformed dataflow.serialize data: {exc}") from exc
+
+    def unpack(self, data):
+        return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
+
+    def ext_hook(self, code, data):
+        if code == _EXT_ARRAY:
+            dtype, shape, fortran, where = msgpack.unpackb(data, raw=False)
+            dtype = np.dtype(dtype)
+            if not _dtype_ok(dtype):
+                raise ValueError(f"unsupported dtype {dtype}")
+            if not all(type(n) is int and n >= 0 for n in shape):
+                raise ValueError(f"bad array shape {shape!r}")
+            if isinstance(where, bytes):            # inline: an owned, writable copy
+                return _shape(np.frombuffer(where, np.uint8), dtype, shape, fortran).copy("A")
+            if type(where) is not int or where < 0:
+                raise ValueError(f"bad buffer index {where!r}")
+            a = _shape(self.resolve(where), dtype, shape, fortran)
+            return a if type(a) is np.ndarray else a.view(np.ndarray)
+        if code == _EXT_TUPLE:
+            items = self.unpack(data)
+            if type(items) is not list:
+                raise ValueError("bad tuple record")
+            return tuple(items)
+        if code == _EXT_INT:
+            return int.from_bytes(data, "little", signed=True)
+        if code == _EXT_SCALAR:
+            dtype = np.dtype(data[1:1 + data[0]].decode("ascii"))
+            raw = data[1 + data[0]:]
+            if not _dtype_ok(dtype):
+                raise ValueError(f"unsupported dtype {dtype}")
+            if dtype.itemsize == 0:                 # np.str_(''), np.bytes_(b'')
+                return dtype.type()
+            if len(raw) != dtype.itemsize:
+                raise ValueError(f"bad numpy scalar record for dtype {dtype}")
+            return np.frombuffer(raw, dtype)[0]
+        if code == _EXT_COMPLEX:
+            return complex(*struct.unpack("<dd", data))
+        raise ValueError(f"unknown ext type {code}")
+
+
+def _locate(root, target):
+    """Describe where ``target`` sits inside ``root``, e.g. "[1]['mask']" (packing order)."""
+    seen = set()
+
+    def search(obj, path):
+        if obj is target:
+            return path, False
+        if isinstance(obj, (list, tuple, dict)) and id(obj) not in seen:
+            seen.add(id(obj))
+            for key, value in (obj.items() if isinstance(obj, dict) else enumerate(obj)):
+                if isinstance(obj, dict) and key is target:
+                    return path, True
+                found = search(value, f"{path}[{key!r}]")
+                if found is not None:
+                    return found
+        return None
+
+    found = search(root, "")
+    if found is None:
+        return "an unknown position"
+    path, is_key = found
+    return (path or "the top level") + (" (as a dict key)" if is_key else "")
+
+
+def dumps(obj):
+    """Encode ``obj`` into one message and return it as a ``bytearray``.
+
+    Each array's bytes are copied exactly once, straight into the preallocated result (a
+    non-contiguous array is gathered by that same copy).  A ``bytearray`` is returned because
+    converting it to ``bytes`` would copy everything a second time; pass it to ``bytes()``
+    if an immutable value is needed.  Raises ``TypeError`` for unsupported values.
+    """
+    arrays = []
+    header = _Encoder(arrays, 0, raw=True).encode(obj)
+    start = _PREFIX.size + 8 * len(arrays)
+    offsets = []
+    end = start + len(header)
+    for a in arrays:
+        offset = -(-end // ALIGNMENT) * ALIGNMENT
+        offsets.append(offset)
+        end = offset + a.nbytes
+    out = bytearray(end)
+    _PREFIX.pack_into(out, 0, _MAGIC, _VERSION, len(arrays), len(header))
+    struct.pack_into(f"<{len(arrays)}Q", out, _PREFIX.size, *offsets)
+    out[start:start + len(header)] = header
+    if arrays:
+        flat = np.frombuffer(out, np.uint8)
+        for a, offset in zip(arrays, offsets):
+            np.copyto(_shape(flat[offset:], a.dtype, a.shape, _is_fortran(a)), a)
+        del flat    # release the export so that the caller may resize the bytearray
+    return out
+
+
+def loads(buf):
+    """Decode a message made by :func:`dumps` from any buffer (bytes, bytearray, mmap, ...).
+
+    Arrays are not copied: they are views into ``buf`` and keep it alive.  They are read-only
+    when ``buf`` is (``bytes``, a read-only mmap) and writable, sharing memory with ``buf``,
+    when it is writable (the ``bytearray`` returned by ``dumps``).  Raises ``ValueError`` if
+    ``buf`` is not a complete, well-formed message.
+    """
+    flat = np.frombuffer(buf, np.uint8)
+    if flat.size < _PREFIX.size:
+        raise ValueError(f"truncated dataflow.serialize message ({flat.size} bytes)")
+    magic, version, count, length = _PREFIX.unpack_from(flat)
+    if magic != _MAGIC:
+        raise ValueError("not a dataflow.serialize message (bad magic bytes)")
+    if version != _VERSION:
+        raise ValueError(f"unsupported dataflow.serialize format version {version}")
+    start = _PREFIX.size + 8 * count
+    if start + length > flat.size:
+        raise ValueError(f"truncated dataflow.serialize message ({flat.size} bytes)")
+    offsets = struct.unpack_from(f"<{count}Q", flat, _PREFIX.size)
+    return _Decoder(lambda i: flat[offsets[i]:]).decode(flat[start:start + length])
+
+
+def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD):
+    """Encode ``obj`` into a msgpack header, keeping large arrays out of band.
+
+    Every array of at least ``threshold`` bytes is not copied into the header: a 1-D uint8
+    ndarray viewing its bytes is appended to the list ``buffers`` and the header records its
+    index there.  The view shares memory with the array when that is C- or F-contiguous;
+    other arrays are made contiguous by one copy.  Smaller arrays are copied into the header.
+    Indices are positions in ``buffers``, so several calls may append to one list; on error
+    nothing is appended.  Raises ``TypeError`` for unsupported values.
+    """
+    return _Encoder(buffers, threshold).encode(obj)
+
+
+def loads_oob(header, buffers):
+    """Decode a header made by :func:`dumps_oob`; ``buffers[i]`` holds out-of-band buffer ``i``.
+
+    A buffer may be any buffer-protocol object with at least the recorded number of bytes.
+    Out-of-band arrays are exact ``np.ndarray`` views of the buffer, writable if it is.  When
+    ``buffers[i]`` is a contiguous ``np.ndarray`` (of any subclass) the array is made from
+    that very object by numpy view operations, so the ``.base`` chain of the array, and of any
+    view of it, keeps that object alive; other buffers are wrapped with ``np.frombuffer``.
+    Arrays stored in the header come back as owned, writable copies.  Raises ``ValueError``
+    if the header is malformed or a buffer is missing or too short.
+    """
+    def resolve(i):
+        b = buffers[i]
+        if not isinstance(b, np.ndarray):
+            return np.frombuffer(b, np.uint8)
+        if not b.flags.c_contiguous:
+            raise ValueError(f"out-of-band buffer {i} is not contiguous")
+        flat = b.view(_Anchor)
+        if flat.dtype != np.uint8 or flat.ndim != 1:
+            flat = flat.reshape(-1).view(np.uint8)
+        return flat
+
+    return _Decoder(resolve).decode(header)
