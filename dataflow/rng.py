@@ -85,3 +85,39 @@ def seed_worker(wid, seed):
         s = _derive(seed, (_worker_id + 1,), 2**32)
     random.seed(s)
     np.random.seed(s)
+
+
+# -- per-datapoint streams ------------------------------------------------------------------------
+# Random ops (dataflow.ops) must give the same output for a fixed seed whatever the number of
+# workers or the executor, so their randomness is keyed by the datapoint, not by the worker:
+# whoever applies a map function to datapoint ``index`` of pass ``epoch`` (serial MapData or a
+# parallel worker) sets that key first, and datapoint_rng() derives a generator from it.
+_local = threading.local()
+
+
+def set_datapoint_key(key):
+    """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
+    this thread."""
+    _local.key = key
+    _local.rng = None
+
+
+def datapoint_rng():
+    """A ``numpy.random.Generator`` for the datapoint being mapped in this thread.
+
+    Inside a map (serial or parallel), it is derived from the global seed and the datapoint's
+    ``(epoch, index)``, so with :func:`set_seed` the same datapoint gets the same random draws
+    for any number of workers and any executor; repeated calls for one datapoint continue one
+    stream. Outside a map it is a per-thread generator from :func:`get_rng`.
+    """
+    g = getattr(_local, "rng", None)
+    if g is not None:
+        return g
+    key = getattr(_local, "key", None)
+    if key is None:
+        g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
+    else:
+        seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
+        g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+    _local.rng = g
+    return g

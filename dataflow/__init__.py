@@ -1,0 +1,27 @@
+"""dataflow: composable, tensorpack-compatible DataFlows that run map work in threads or processes.
+
+Import everything from here: ``from dataflow import DataFromList, MapData, BatchData, ...``.
+"""
+from .base import (DataFlow, DataFlowReentrantGuard, DataFlowTerminated, ProxyDataFlow,
+                   RNGDataFlow)
+from .rng import get_rng, set_seed
+from . import serialize
+from .raw import (DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue,
+                  FakeData)
+from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData,
+                     JoinData, LocallyShuffleData, MapData, MapDataComponent, PrintData,
+                     RandomChooseData, RandomMixData, RepeatedData, RepeatedDataPoint,
+                     SelectComponent, TestDataSpeed)
+from .parallel.threads import MultiThreadMapData, MultiThreadRunner
+from .parallel.processes import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
+                                 MultiProcessMapData, MultiProcessMapDataZMQ, MultiProcessRunner,
+                                 MultiProcessRunnerZMQ)
+from .parallel.shm import SharedMemoryError, shared_empty
+from .parallel.supervisor import WorkerCrashedError
+
+# tensorpack's names for the runners
+PrefetchDataZMQ = MultiProcessRunnerZMQ
+PrefetchData = MultiProcessRunner
+MultiProcessPrefetchData = MultiProcessRunner
+
+__version__ = "0.1.0"

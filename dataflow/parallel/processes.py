@@ -1,0 +1,468 @@
+"""Map work in worker processes: for Python functions that hold the GIL.
+
+:class:`ProcessExecutor` runs :func:`~.mapper.run_chunk` in ``num_workers`` processes behind the
+:class:`~.mapper.Executor` contract. Tasks and small results travel as msgpack messages over
+ZeroMQ (:mod:`.transport`); arrays of results travel through reused shared memory (:mod:`.shm`).
+Worker deaths are noticed at once (:mod:`.supervisor`).
+
+Start methods: ``"forkserver"`` is the default where it exists (Linux, macOS), ``"spawn"``
+elsewhere. Unlike ``"fork"`` it never copies a parent that already runs threads (ours, a
+library's, a ``MultiThreadMapData`` upstream), which can deadlock the child. ``"fork"`` is
+supported when asked for. Functions and dataflows are shipped with cloudpickle, so lambdas and
+closures work with every start method; with ``"fork"`` they are inherited without pickling.
+"""
+import atexit
+import collections
+import contextlib
+import multiprocessing as mp
+import multiprocessing.spawn as mp_spawn
+import os
+import pickle
+import signal
+import socket
+import threading
+import time
+import weakref
+
+import zmq
+
+from .. import rng, serialize
+from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, func_name, run_chunk
+from .shm import SegmentPool, SegmentReader
+from . import shm, transport
+from .supervisor import WorkerCrashedError, describe_exit, die_with_parent, process_alive
+from .threads import OwnDataFlow, _Tickets, available_cpus, dataflow_length
+
+__all__ = ["ProcessExecutor", "MultiProcessMapData", "MultiProcessMapDataZMQ",
+           "MultiProcessRunner", "MultiProcessRunnerZMQ", "MultiProcessMapAndBatchData",
+           "MultiProcessMapAndBatchDataZMQ", "default_start_method"]
+
+# How often an idle worker checks that its consumer still exists (seconds).
+_LIVENESS_INTERVAL = 0.25
+# close(): how long terminated workers get to exit before they are killed.
+_TERMINATE_GRACE = 0.05
+
+
+def default_start_method():
+    """``"forkserver"`` where available, else ``"spawn"``: neither copies a running parent."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+class _Shipped:
+    """Carries an object to a worker: inherited as is with fork, cloudpickled otherwise."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self._data = None
+
+    def __reduce__(self):
+        if self._data is None:
+            import cloudpickle
+            try:
+                self._data = cloudpickle.dumps(self.obj)
+            except Exception as e:
+                raise TypeError(f"{self.obj!r} cannot be sent to worker processes: "
+                                f"{type(e).__name__}: {e}") from e
+        return _unship, (self._data,)
+
+
+def _unship(data):
+    s = _Shipped(pickle.loads(data))
+    s._data = data
+    return s
+
+
+def _worker_main(wid, endpoint, fd_sock, shipped, seed, consumer_pid, pdeathsig):
+    """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
+    if pdeathsig:
+        die_with_parent()
+    rng.seed_worker(wid, seed)
+    context = zmq.Context(1)
+    sock = transport.make_socket(context)
+    sock.bind(endpoint)
+    pool = SegmentPool(fd_sock)
+    shm._worker_pool = pool
+    try:
+        func = shipped.obj(wid)
+        desc = f"map function {func_name(func)}"
+        while True:
+            if not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
+                if not process_alive(consumer_pid):
+                    break
+                continue
+            kind, released, run, items = transport.decode_task(sock.recv_multipart())
+            if kind != transport.TASK:
+                break
+            pool.release(released)
+            results, busy = run_chunk(func, run, items)
+            indices = {seq: index for seq, index, _ in items}
+            for frame in transport.encode_results(results, indices, busy, pool, desc):
+                sock.send(frame, copy=False)
+    except BaseException as e:
+        err = WorkerError.from_exception(e, f"worker process {os.getpid()} (worker {wid})")
+        sock.setsockopt(zmq.LINGER, 2000)            # make sure the report gets out
+        sock.send(transport.encode_failure(err))
+    finally:
+        sock.close()
+        context.term()
+
+
+class _Worker:
+    """The consumer's handle on one worker process."""
+
+    def __init__(self, wid, process, sock, reader):
+        self.wid = wid
+        self.process = process
+        self.sock = sock
+        self.reader = reader
+        self.outstanding = {}       # seq -> index of the datapoints this worker holds
+        self.released = []          # segment ids to hand back with the next task
+
+
+_live_executors = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Registered after multiprocessing's own exit hook, so it runs first: that hook joins
+    # non-daemonic children, which would wait forever for workers nobody closed.
+    for ex in list(_live_executors):
+        ex.close()
+
+
+_preload_lock = threading.Lock()
+_start_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_main_module():
+    """Start spawned/forkserver workers without re-running the user's main module in them.
+
+    multiprocessing normally imports ``__main__`` in each such child so that pickled references
+    to its functions resolve; that is why scripts need ``if __name__ == "__main__":``. Our workers
+    receive everything by value (cloudpickle), so they do not need it, and tensorpack scripts,
+    written for fork, have no such guard. While our workers start, the preparation data that
+    multiprocessing sends them leaves the main module out.
+    """
+    original = mp_spawn.get_preparation_data
+
+    def preparation_without_main(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _start_lock:
+        mp_spawn.get_preparation_data = preparation_without_main
+        try:
+            yield
+        finally:
+            mp_spawn.get_preparation_data = original
+
+
+def _get_context(method):
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        with _preload_lock:
+            # Workers fork from a server that already imported us (fast starts); only takes
+            # effect if the server is not running yet.
+            ctx.set_forkserver_preload(["dataflow.parallel.processes"])
+    return ctx
+
+
+class ProcessExecutor:
+    """``num_workers`` processes, each running ``make_func(worker_id)`` once and then the map
+    function it returns on every chunk sent to it."""
+    kind = "process"
+
+    def __init__(self, num_workers, make_func, start_method=None, name="dataflow"):
+        method = start_method or default_start_method()
+        if method not in mp.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
+                             f"got {start_method!r}")
+        self.start_method = method
+        self._closed = False
+        self._busy = threading.RLock()      # held by get(); close() waits for it
+        self._context = zmq.Context(1)
+        self._endpoints = transport.Endpoints()
+        self._released = collections.deque()
+        self._batches = collections.deque()
+        self._poller = zmq.Poller()
+        self._workers = []
+        self._by_sentinel = {}
+        self._by_key = {}
+        _live_executors.add(self)
+        try:
+            self._start(num_workers, make_func, name)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, num_workers, make_func, name):
+        ctx = _get_context(self.start_method)
+        shipped = _Shipped(make_func)
+        # PR_SET_PDEATHSIG follows the thread that forked: only safe when that thread lives as
+        # long as the consumer (the main thread, or the fork server's).
+        pdeathsig = self.start_method != "fork" or \
+            threading.current_thread() is threading.main_thread()
+        for wid in range(num_workers):
+            mine, theirs = socket.socketpair()
+            endpoint = self._endpoints(wid)
+            p = ctx.Process(target=_worker_main, name=f"{name}-worker-{wid}",
+                            args=(wid, endpoint, theirs, shipped, rng.get_seed(), os.getpid(),
+                                  pdeathsig))
+            try:
+                with _without_main_module():
+                    p.start()
+            finally:
+                theirs.close()
+            sock = transport.make_socket(self._context)
+            sock.connect(endpoint)
+            w = _Worker(wid, p, sock, SegmentReader(wid, mine, self._released))
+            w.fd_sock = mine
+            self._workers.append(w)
+            self._by_sentinel[p.sentinel] = w
+            self._by_key[wid] = w
+            self._poller.register(sock, zmq.POLLIN)
+            self._poller.register(p.sentinel, zmq.POLLIN)
+
+    @property
+    def pids(self):
+        return [w.process.pid for w in self._workers]
+
+    def submit(self, run, items):
+        while self._released:
+            key, sid = self._released.popleft()
+            w = self._by_key.get(key)
+            if w is not None:
+                w.released.append(sid)
+        w = min(self._workers, key=lambda w: len(w.outstanding))
+        frames = transport.encode_task(run, items, w.released)
+        w.released = []
+        if len(frames) == 1:
+            w.sock.send(frames[0])
+        else:                         # large arrays: let ZeroMQ send them without a copy
+            w.sock.send_multipart(frames, copy=False)
+        for seq, index, _ in items:
+            w.outstanding[seq] = index
+
+    def get(self):
+        with self._busy:
+            while not self._batches:
+                if self._closed:
+                    raise RuntimeError(CLOSED_WHILE_ITERATING)
+                self._wait()
+            return self._batches.popleft()
+
+    def _wait(self):
+        """Wait for messages or worker deaths, and handle them."""
+        events = self._poller.poll()
+        ready = {s for s, _ in events}
+        for w in self._workers:
+            if w.sock in ready:
+                self._drain(w)
+        for fd in ready:
+            w = self._by_sentinel.get(fd)
+            if w is not None:
+                self._drain(w)
+                if not self._closed:
+                    self._crashed(w)
+
+    def _drain(self, w):
+        while True:
+            try:
+                frame = w.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            results, busy = transport.decode_results(frame, w.reader)
+            for seq, _, _ in results:
+                w.outstanding.pop(seq, None)
+            self._batches.append((results, busy))
+
+    def _crashed(self, w):
+        w.process.join(0.5)
+        held = sorted(w.outstanding.values())
+        shown = ", ".join(f"#{i}" for i in held[:20]) + (" ..." if len(held) > 20 else "")
+        raise WorkerCrashedError(
+            f"worker process {w.process.pid} (worker {w.wid}) {describe_exit(w.process.exitcode)}"
+            + (f" while holding datapoints {shown}" if held else ""),
+            pid=w.process.pid, exitcode=w.process.exitcode, datapoints=held)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        _live_executors.discard(self)
+        # Workers go first: their deaths wake a get() blocked in another thread, which then
+        # leaves, so the sockets can be closed safely (ZeroMQ sockets are not thread-safe).
+        procs = [w.process for w in self._workers]
+        for p in procs:
+            if p.exitcode is None:
+                p.terminate()
+        deadline = time.monotonic() + _TERMINATE_GRACE
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+            p.close()
+        with self._busy:
+            self._teardown()
+
+    def _teardown(self):
+        for w in self._workers:
+            w.sock.close(linger=0)
+            w.fd_sock.close()
+            w.reader.close()
+        self._context.term()
+        self._endpoints.remove()
+
+
+class MultiProcessMapData(ParallelMapData):
+    """Apply ``map_func`` to the datapoints of ``ds`` in ``num_proc`` worker processes.
+
+    Same arguments and guarantees as :class:`~dataflow.MultiThreadMapData` (strict, ordered,
+    on_error, max_errors), plus ``start_method`` (``None``: see :func:`default_start_method`).
+    The source is read in the consuming process; datapoints go to the workers and results come
+    back with their arrays in shared memory, handed to you without a copy. Inside ``map_func``,
+    :func:`dataflow.shared_empty` allocates an output array directly in shared memory.
+    ``map_func`` may be a lambda or closure: it is shipped with cloudpickle.
+    """
+    executor = "process"
+
+    def __init__(self, ds, num_proc=None, map_func=None, *, buffer_size=200, strict=False,
+                 ordered=False, on_error="raise", max_errors=None, start_method=None):
+        super().__init__(ds, available_cpus() if num_proc is None else num_proc, map_func,
+                         buffer_size=buffer_size, strict=strict, ordered=ordered,
+                         on_error=on_error, max_errors=max_errors)
+        self.num_proc = self.num_workers
+        self.start_method = start_method
+
+    def _make_executor(self):
+        return ProcessExecutor(self.num_workers, _Constant(self.map_func), self.start_method)
+
+
+MultiProcessMapDataZMQ = MultiProcessMapData
+
+
+class _Constant:
+    """make_func for a map: every worker runs the same function."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, wid):
+        return self.func
+
+
+class _OwnCopy:
+    """make_func for a runner: each worker resets and runs its own copy of ``ds``."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __call__(self, wid):
+        self.ds.reset_state()
+        return OwnDataFlow(self.ds)
+
+
+class MultiProcessRunner(ParallelMapData):
+    """Run ``num_proc`` copies of ``ds``, one per process, and yield their datapoints in arrival
+    order, at most ``num_prefetch`` ahead of the consumer (tensorpack's ``MultiProcessRunner``).
+
+    Each copy is reset in its process (each draws its own random stream) and repeated forever;
+    each ``__iter__`` pass yields ``len(ds)`` datapoints when that is known, and never ends
+    otherwise.
+    """
+    executor = "process"
+
+    def __init__(self, ds, num_prefetch, num_proc, *, start_method=None):
+        self.num_prefetch = num_prefetch
+        self.num_proc = num_proc
+        self.start_method = start_method
+        super().__init__(_Tickets(dataflow_length(ds)), num_proc, _OwnCopy(ds),
+                         buffer_size=num_prefetch)
+
+    def _reset_source(self):
+        pass                          # each worker resets its own copy
+
+    def _make_executor(self):
+        return ProcessExecutor(self.num_workers, self.map_func, self.start_method)
+
+
+class MultiProcessRunnerZMQ(MultiProcessRunner):
+    """tensorpack's ``MultiProcessRunnerZMQ(ds, num_proc=1, hwm=50)``: a
+    :class:`MultiProcessRunner` with ``hwm`` datapoints of prefetch."""
+
+    def __init__(self, ds, num_proc=1, hwm=50, *, start_method=None):
+        super().__init__(ds, hwm, num_proc, start_method=start_method)
+        self.hwm = hwm
+
+
+class _Groups:
+    """An endless source of lists of ``batch_size`` consecutive datapoints of ``ds``."""
+
+    def __init__(self, ds, batch_size):
+        self.ds, self.batch_size = ds, batch_size
+
+    def reset_state(self):
+        self.ds.reset_state()
+
+    def __len__(self):
+        return len(self.ds) // self.batch_size
+
+    def __iter__(self):
+        group = []
+        while True:
+            n = 0
+            for dp in self.ds:
+                n += 1
+                group.append(dp)
+                if len(group) == self.batch_size:
+                    yield group
+                    group = []
+            if n == 0:
+                raise ValueError(f"{type(self.ds).__name__} yielded no datapoint in a whole pass")
+
+
+class _MapAndBatch:
+    """The worker function of MultiProcessMapAndBatchData: map a group, batch the results."""
+
+    def __init__(self, map_func):
+        self.map_func = map_func
+
+    def __call__(self, group):
+        from ..common import BatchData
+        mapped = [r for r in (self.map_func(dp) for dp in group) if r is not None]
+        return BatchData.aggregate_batch(mapped) if mapped else None
+
+
+class MultiProcessMapAndBatchData(MultiProcessMapData):
+    """Map ``map_func`` and batch by ``batch_size`` inside ``num_proc`` worker processes, so a whole
+    batch travels as one message (tensorpack's ``MultiProcessMapAndBatchDataZMQ``).
+
+    ``buffer_size`` counts datapoints before batching (default ``batch_size * max(4, 2 *
+    num_proc)``). Like tensorpack's it is non-strict: the source repeats forever, and each pass
+    yields ``len(ds) // batch_size`` batches. A batch is smaller than ``batch_size`` only when
+    ``map_func`` dropped some of its datapoints.
+    """
+
+    def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None, *,
+                 start_method=None):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        n = dataflow_length(ds)
+        if n is not None and batch_size > n:
+            raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")
+        if buffer_size is None:
+            buffer_size = batch_size * max(4, 2 * num_proc)
+        self.batch_size = batch_size
+        super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
+                         buffer_size=max(1, buffer_size // batch_size),
+                         start_method=start_method)
+        self.buffer_size_datapoints = buffer_size
+
+
+MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData

@@ -1,0 +1,231 @@
+"""Shared memory for the payloads of process workers: written once, read in place, reused.
+
+A worker owns a pool of *segments*. Each is an anonymous memory file (``memfd_create`` on Linux,
+an already-unlinked temporary file elsewhere) mapped by the worker and, once, by the consumer, which
+receives its file descriptor over a Unix socket. Nothing has a name in ``/dev/shm``, so nothing can
+leak: the memory is gone once the last process that maps it is gone, however it died, and the size
+of ``/dev/shm`` is no limit. Each segment's memory is reserved with ``posix_fallocate`` when it is
+created, so running out of memory is a clear :class:`SharedMemoryError` at that moment rather than
+a ``SIGBUS`` later.
+
+Life of a segment: the worker fills it with the arrays of one result message (or hands it out
+through :func:`shared_empty`), the consumer maps it and wraps the arrays around it. The consumer
+side (:class:`SegmentReader`) notices when the user has dropped every array that uses a segment
+and queues its id; the id travels back to the worker with the next task, and only then may the
+worker write into that segment again. So an array the user still holds is never overwritten, and a
+user who keeps many results alive makes the pool grow instead of stalling it.
+"""
+import mmap
+import os
+import socket
+import tempfile
+import weakref
+
+import numpy as np
+
+__all__ = ["SharedMemoryError", "SegmentPool", "SegmentReader", "shared_empty", "ALIGN"]
+
+ALIGN = 64                   # every buffer starts on a cache line
+_MIN_SEGMENT = 64 * 1024     # segments are powers of two from this size up
+
+
+class SharedMemoryError(MemoryError):
+    """Shared memory for a result could not be reserved."""
+
+
+def _size_class(nbytes):
+    size = _MIN_SEGMENT
+    while size < nbytes:
+        size *= 2
+    return size
+
+
+def aligned(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _anonymous_file(size):
+    """An open file descriptor of ``size`` bytes of memory that has no name anywhere."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("dataflow", os.MFD_CLOEXEC)
+    else:                                           # macOS and others: unlinked at once
+        f = tempfile.TemporaryFile()
+        fd = os.dup(f.fileno())
+        f.close()
+    try:
+        os.ftruncate(fd, size)
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        os.close(fd)
+        raise SharedMemoryError(f"could not reserve {size} bytes of shared memory for a result "
+                                f"({e.strerror}); reduce buffer_size or free memory") from None
+    return fd
+
+
+class _Segment:
+    __slots__ = ("id", "size", "mm", "with_consumer", "held_here")
+
+    def __init__(self, sid, size, mm):
+        self.id, self.size, self.mm = sid, size, mm
+        self.with_consumer = False    # sent and not yet released by the consumer
+        self.held_here = False        # a shared_empty array of it is alive in this worker
+
+
+class SegmentPool:
+    """Worker side: the segments this worker writes into.
+
+    ``fd_socket`` is this worker's end of a Unix socket pair; a new segment's descriptor is sent
+    through it before any message that refers to the segment, so the consumer finds it there.
+    """
+
+    def __init__(self, fd_socket):
+        self._sock = fd_socket
+        self._segments = {}
+        self._free = {}            # size -> [segment ids]
+        self._by_address = {}      # buffer address -> segment id, for shared_empty arrays
+        self._next_id = 0
+        self.new = []              # [id, size] created since the last message; read by the sender
+
+    def allocate(self, nbytes):
+        """A free segment of at least ``nbytes``; it now belongs to the consumer's next read."""
+        size = _size_class(nbytes)
+        free = self._free.get(size)
+        if free:
+            seg = self._segments[free.pop()]
+        else:
+            fd = _anonymous_file(size)
+            try:
+                mm = mmap.mmap(fd, size)
+                socket.send_fds(self._sock, [b"F"], [fd])
+            finally:
+                os.close(fd)
+            seg = _Segment(self._next_id, size, mm)
+            self._next_id += 1
+            self._segments[seg.id] = seg
+            self.new.append([seg.id, size])
+        seg.with_consumer = True
+        return seg
+
+    def release(self, ids):
+        """The consumer no longer uses these segments."""
+        for sid in ids:
+            seg = self._segments.get(sid)
+            if seg is not None:
+                seg.with_consumer = False
+                self._maybe_free(seg)
+
+    def _maybe_free(self, seg):
+        if not seg.with_consumer and not seg.held_here:
+            self._free.setdefault(seg.size, []).append(seg.id)
+
+    def empty(self, shape, dtype):
+        """An array whose memory is a segment of its own, to be returned in a result without a
+        copy. The segment goes back to the pool when both sides are done with it."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        seg = self.allocate(max(nbytes, 1))
+        seg.with_consumer = False
+        seg.held_here = True
+        holder = _Lease((max(nbytes, 1),), np.uint8, buffer=seg.mm)
+        self._by_address[holder.ctypes.data] = seg.id
+        weakref.finalize(holder, self._drop_local, seg.id, holder.ctypes.data)
+        return holder.view(np.ndarray)[:nbytes].view(dtype).reshape(shape)
+
+    def _drop_local(self, sid, address):
+        self._by_address.pop(address, None)
+        seg = self._segments[sid]
+        seg.held_here = False
+        self._maybe_free(seg)
+
+    def place(self, buffers):
+        """Put the out-of-band ``buffers`` (1-D uint8 views) of one message in shared memory.
+
+        Returns one ``[segment_id, offset, nbytes]`` per buffer. A buffer that is a whole
+        :func:`shared_empty` array is referred to where it is; the others are copied, once, into
+        one fresh segment.
+        """
+        descs, to_copy, total = [], [], 0
+        for b in buffers:
+            arr = np.frombuffer(b, np.uint8)
+            sid = self._by_address.get(arr.ctypes.data) if arr.size else None
+            if sid is not None:
+                self._segments[sid].with_consumer = True
+                descs.append([sid, 0, arr.size])
+            else:
+                descs.append(None)
+                to_copy.append((len(descs) - 1, arr, total))
+                total += aligned(arr.size)
+        if to_copy:
+            seg = self.allocate(total)
+            dest = np.frombuffer(seg.mm, np.uint8)
+            for i, arr, offset in to_copy:
+                dest[offset:offset + arr.size] = arr
+                descs[i] = [seg.id, offset, arr.size]
+        return descs
+
+
+class _Lease(np.ndarray):
+    """The array, made directly on a segment's mapping, that every array using the segment is
+    derived from. numpy shortens chains of views, but never past an array of another type whose
+    own base is no array: this object stays in the base chain of every view (and view of a view),
+    so it lives exactly as long as some array that uses the segment does."""
+
+
+class SegmentReader:
+    """Consumer side: maps one worker's segments and tracks which the user still holds.
+
+    ``fd_socket`` is the consumer's end of the worker's socket pair. ``released`` is a shared
+    ``collections.deque`` into which ``(key, segment_id)`` is appended, from whichever thread
+    drops the last array of a segment, for the transport to send back.
+    """
+
+    def __init__(self, key, fd_socket, released):
+        self.key = key
+        self._sock = fd_socket
+        self._released = released
+        self._maps = {}
+
+    def add(self, new):
+        """Map the segments a message announces as new (their descriptors wait in the socket)."""
+        for sid, size in new:
+            _, fds, _, _ = socket.recv_fds(self._sock, 1, 1)
+            try:
+                self._maps[sid] = mmap.mmap(fds[0], size)
+            finally:
+                os.close(fds[0])
+
+    def buffers(self, descs):
+        """One plain uint8 array per ``[segment_id, offset, nbytes]``, viewing the segment. The
+        segment is released once all of them, and everything derived from them, are gone."""
+        holders, out = {}, []
+        for sid, offset, nbytes in descs:
+            base = holders.get(sid)
+            if base is None:
+                mm = self._maps[sid]
+                holder = _Lease((len(mm),), np.uint8, buffer=mm)
+                weakref.finalize(holder, self._released.append, (self.key, sid))
+                base = holders[sid] = holder.view(np.ndarray)
+            out.append(base[offset:offset + nbytes])
+        return out
+
+    def close(self):
+        """Forget the mappings; arrays still held keep theirs alive."""
+        self._maps.clear()
+
+
+# The pool of the worker process this code runs in, if any (set by the worker's main).
+_worker_pool = None
+
+
+def shared_empty(shape, dtype=float):
+    """``numpy.empty(shape, dtype)``, allocated directly in shared memory when called inside a
+    process worker, so that returning it in a datapoint costs no copy at all.
+
+    Once returned from the map function, the array belongs to the consumer: the worker must not
+    write to it again. Outside a process worker (serial or thread execution) this is plain
+    ``numpy.empty``.
+    """
+    if _worker_pool is None:
+        return np.empty(shape, dtype)
+    return _worker_pool.empty(shape, dtype)

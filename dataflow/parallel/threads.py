@@ -1,0 +1,204 @@
+"""Map work in threads: for functions that release the GIL (numpy, OpenCV, I/O).
+
+:class:`ThreadExecutor` is a pool of daemon threads behind the :class:`~.mapper.Executor`
+contract; ordering, strictness and errors are the mapper's. The worker threads hold no reference
+to the dataflow, so an abandoned dataflow is garbage-collected and its finalizer stops them.
+"""
+import itertools
+import os
+import queue
+import threading
+import time
+
+from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, run_chunk
+
+__all__ = ["ThreadExecutor", "MultiThreadMapData", "MultiThreadRunner", "available_cpus"]
+
+# close() waits at most this long in total for idle threads to leave; a thread that is inside a
+# map call cannot be interrupted and leaves as soon as that call returns.
+_JOIN_BUDGET = 0.05
+
+
+def available_cpus():
+    """The number of CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # not Linux
+        return os.cpu_count() or 1
+
+
+class _Failed:
+    """Put on the result queue by a worker thread that cannot go on."""
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _thread_main(wid, make_func, tasks, results, stop):
+    try:
+        func = make_func(wid)
+        while True:
+            task = tasks.get()
+            if task is None or stop.is_set():
+                return
+            results.put(run_chunk(func, task[0], task[1], stop))
+    except BaseException as e:       # make_func failed, or something outside one datapoint
+        results.put(_Failed(WorkerError.from_exception(e, f"worker thread {wid}")))
+
+
+class ThreadExecutor:
+    """``num_workers`` threads taking chunks from one queue (so work spreads by itself)."""
+    kind = "thread"
+
+    def __init__(self, num_workers, make_func, name="dataflow"):
+        self._tasks = queue.SimpleQueue()
+        self._results = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=_thread_main, name=f"{name}-worker-{i}", daemon=True,
+                             args=(i, make_func, self._tasks, self._results, self._stop))
+            for i in range(num_workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, run, items):
+        self._tasks.put((run, items))
+
+    def get(self):
+        r = self._results.get()
+        if isinstance(r, _Failed):
+            raise r.error.to_exception()
+        if r is None:
+            self._results.put(None)          # for any other waiter
+            raise RuntimeError(CLOSED_WHILE_ITERATING)
+        return r
+
+    def close(self):
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._results.put(None)              # wakes a get() blocked in another thread
+        for _ in self._threads:
+            self._tasks.put(None)
+        deadline = time.monotonic() + _JOIN_BUDGET
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+
+
+class MultiThreadMapData(ParallelMapData):
+    """Apply ``map_func`` to the datapoints of ``ds`` in ``num_thread`` threads.
+
+    Threads suit functions that release the GIL. For pure-Python functions use
+    :class:`~dataflow.MultiProcessMapData`.
+
+    Args:
+        ds: the source dataflow; it is read in the consuming thread.
+        num_thread: number of worker threads (default: the CPUs available to the process).
+        map_func: datapoint -> datapoint, or ``None`` to drop it.
+        buffer_size: at most this many datapoints are in workers or waiting to be yielded.
+        strict: each pass yields exactly the datapoints of one pass of ``ds``, each once. When
+            false (tensorpack's default) the source is repeated forever and each pass yields
+            ``len(ds)`` results.
+        ordered: yield results in source order.
+        on_error: when ``map_func`` raises: ``"raise"`` re-raises the original exception in the
+            consumer (the worker's traceback is its ``__cause__``); ``"skip"`` drops the datapoint
+            and logs a warning (counted in ``num_skipped``); ``"replace"`` yields a copy of a recent
+            good result instead, so a pass keeps its length (counted in ``num_replaced``).
+        max_errors: with skip/replace, raise once a pass has more errors than this (an int), or
+            than this fraction of the pass (a float; of the datapoints seen so far when the length
+            of the source is unknown).
+    """
+    executor = "thread"
+
+    def __init__(self, ds, num_thread=None, map_func=None, *, buffer_size=200, strict=False,
+                 ordered=False, on_error="raise", max_errors=None):
+        super().__init__(ds, available_cpus() if num_thread is None else num_thread, map_func,
+                         buffer_size=buffer_size, strict=strict, ordered=ordered,
+                         on_error=on_error, max_errors=max_errors)
+        self.num_thread = self.num_workers
+
+    def _make_executor(self):
+        func = self.map_func
+        return ThreadExecutor(self.num_workers, lambda wid: func)
+
+
+class _Tickets:
+    """The source of a runner: one placeholder per datapoint to produce; endless if the length
+    is unknown."""
+
+    def __init__(self, length):
+        self.length = length
+
+    def reset_state(self):
+        pass
+
+    def __len__(self):
+        if self.length is None:
+            raise NotImplementedError("the runner's dataflow has no length")
+        return self.length
+
+    def __iter__(self):
+        return itertools.repeat(None, *([] if self.length is None else [self.length]))
+
+
+class OwnDataFlow:
+    """The 'map function' of a runner's worker: each call returns the next datapoint of the
+    worker's own dataflow, which it runs over and over."""
+
+    def __init__(self, df):
+        self.df = df
+        self._it = None
+
+    def __call__(self, _ticket):
+        for _ in range(2):
+            if self._it is None:
+                self._it = iter(self.df)
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._it = None
+        raise ValueError(f"{type(self.df).__name__} yielded no datapoint in a whole pass")
+
+
+def dataflow_length(df):
+    try:
+        return len(df)
+    except (NotImplementedError, TypeError):
+        return None
+
+
+class MultiThreadRunner(ParallelMapData):
+    """Run ``num_thread`` copies of the dataflow returned by ``get_df()``, one per thread, and
+    yield their datapoints in arrival order, at most ``num_prefetch`` ahead of the consumer.
+
+    As in tensorpack, each ``__iter__`` pass yields ``len(get_df())`` datapoints when that length
+    is known, and never ends otherwise. Errors in a copy reach the consumer with their original
+    type.
+    """
+    executor = "thread"
+
+    def __init__(self, get_df, num_prefetch, num_thread):
+        if not callable(get_df):
+            raise TypeError(f"get_df must be a callable returning a DataFlow, got {get_df!r}")
+        self.get_df = get_df
+        self.num_prefetch = num_prefetch
+        self.num_thread = num_thread
+        super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
+
+    def _reset_source(self):
+        self._dfs = [self.get_df() for _ in range(self.num_workers)]
+        for df in self._dfs:
+            df.reset_state()
+        self.ds = _Tickets(dataflow_length(self._dfs[0]))
+
+    def _make_executor(self):
+        funcs = [OwnDataFlow(df) for df in self._dfs]
+        self._dfs = None
+        return ThreadExecutor(self.num_workers, funcs.__getitem__)
+
+    def __len__(self):
+        if self._state is None:
+            return len(self.get_df())
+        return len(self.ds)

@@ -1,0 +1,189 @@
+"""The control plane between the consumer and its worker processes: ZeroMQ and msgpack.
+
+One ZeroMQ DEALER socket pair per worker. The worker binds an endpoint that has no file (an
+abstract ``ipc://@...`` name on Linux; elsewhere a socket file in a private directory that the
+consumer removes on close), and the consumer connects to it, so tasks sent before the worker is up
+simply wait in the queue. High-water marks are off: the mapper already bounds how many datapoints
+are out, and a full queue must never drop a reply (tensorpack's strict mode deadlocks that way).
+
+Messages are multipart; the first frame is a msgpack list whose first element says what it is:
+
+* consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header]`` + array frames, where the
+  chunk ``[[seq, index, datapoint], ...]`` is encoded with :func:`dataflow.serialize.dumps_oob`
+  (large arrays travel as extra frames); ``[STOP]``.
+* worker -> consumer: ``[RESULTS, busy_seconds, new_segments, buffer_descs, results]`` where each
+  result is ``[seq, kind, payload]``: the datapoint's header (its arrays are the shared-memory
+  buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.mapper.WorkerError`, or
+  nothing for a dropped datapoint; ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
+"""
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+
+import msgpack
+import zmq
+
+from .. import serialize
+from .mapper import ERR, OK, WorkerError
+
+__all__ = ["Endpoints", "TASK", "STOP", "RESULTS", "FAILED", "encode_task", "decode_task",
+           "encode_results", "decode_results", "encode_failure", "pickle_error", "unpickle_error", "make_socket"]
+
+TASK, STOP, RESULTS, FAILED = 1, 2, 3, 4
+
+# Arrays smaller than this travel inside the msgpack frame; larger ones in shared memory (results)
+# or in frames of their own (tasks).
+INLINE_LIMIT = serialize.DEFAULT_OOB_THRESHOLD
+# A results message holds at most about this many bytes of arrays (more only for one datapoint
+# that is larger on its own).
+MESSAGE_BYTES = 8 << 20
+
+
+class Endpoints:
+    """Names of the worker endpoints of one executor, unique on this machine."""
+
+    def __init__(self):
+        self._dir = None
+        tag = f"dataflow-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        if sys.platform.startswith("linux"):
+            self._prefix = f"ipc://@{tag}"
+        else:
+            self._dir = tempfile.mkdtemp(prefix="dataflow-")
+            self._prefix = f"ipc://{self._dir}/w"
+
+    def __call__(self, name):
+        return f"{self._prefix}-{name}"
+
+    def remove(self):
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def make_socket(context):
+    """A DEALER socket that never drops or blocks on a full queue and closes at once."""
+    s = context.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.RECONNECT_IVL, 5)
+    return s
+
+
+def _pack(obj):
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack(frame):
+    return msgpack.unpackb(frame, raw=False)
+
+
+def encode_task(run, items, released):
+    """Frames of a task message. Raises ``TypeError`` naming the datapoint that cannot be sent."""
+    frames = []
+    try:
+        header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT)
+    except TypeError:
+        for _, index, dp in items:      # find the culprit for a clear message
+            try:
+                serialize.dumps_oob(dp, [], INLINE_LIMIT)
+            except TypeError as e:
+                raise TypeError(f"datapoint #{index} of the source cannot be sent to a worker "
+                                f"process: {e}") from None
+        raise
+    return [_pack([TASK, released, run, header])] + frames
+
+
+def decode_task(frames):
+    """``(kind, released, run, items)`` from the frames of a consumer message."""
+    msg = _unpack(frames[0])
+    if msg[0] != TASK:
+        return msg[0], None, None, None
+    buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
+    return TASK, msg[1], msg[2], serialize.loads_oob(msg[3], buffers)
+
+
+def pickle_error(err):
+    """A WorkerError as bytes. An exception that does not survive pickling is replaced by a
+    ``RuntimeError`` that names its type and message."""
+    try:
+        data = pickle.dumps(err.exc)
+        pickle.loads(data)
+    except Exception:
+        data = pickle.dumps(RuntimeError(f"{type(err.exc).__qualname__}: {err.exc}"))
+    return pickle.dumps((data, err.tb, err.where, err.fatal))
+
+
+def unpickle_error(data):
+    exc, tb, where, fatal = pickle.loads(data)
+    return WorkerError(pickle.loads(exc), tb, where, fatal)
+
+
+def encode_results(results, indices, busy, pool, func_desc):
+    """The frames of the results messages for one chunk; arrays go into ``pool`` (a
+    :class:`~.shm.SegmentPool`). A message is closed once its arrays pass ``MESSAGE_BYTES``, so
+    that segments stay small enough to be reused soon. ``busy`` (the seconds the map took) is
+    shared out by datapoint, and each message adds the time spent encoding it.
+
+    A datapoint that cannot be serialised becomes a fatal ``TypeError`` naming it."""
+    frames, buffers, out, nbytes = [], [], [], 0
+    per_item = busy / max(1, len(results))
+    t0 = time.perf_counter()
+
+    def close_message():
+        nonlocal buffers, out, nbytes, t0
+        descs = pool.place(buffers) if buffers else []
+        new, pool.new = pool.new, []
+        now = time.perf_counter()
+        frames.append(_pack([RESULTS, per_item * len(out) + now - t0, new, descs, out]))
+        buffers, out, nbytes, t0 = [], [], 0, now
+
+    for seq, kind, value in results:
+        if kind == OK:
+            n = len(buffers)
+            try:
+                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+            except TypeError as e:
+                del buffers[n:]
+                exc = TypeError(f"{func_desc} returned datapoint #{indices[seq]} that cannot be "
+                                f"sent to the consumer: {e}")
+                out.append([seq, ERR, pickle_error(WorkerError(
+                    exc, f"TypeError: {exc}\n", f"datapoint #{indices[seq]}", fatal=True))])
+            else:
+                nbytes += sum(b.nbytes for b in buffers[n:])
+                if nbytes >= MESSAGE_BYTES:
+                    close_message()
+        else:
+            out.append([seq, kind, pickle_error(value) if kind == ERR else None])
+    if out:
+        close_message()
+    return frames
+
+
+def encode_failure(err):
+    """The frame a worker sends when it cannot go on (its map function could not be loaded)."""
+    return _pack([FAILED, pickle_error(err)])
+
+
+def decode_results(frame, reader):
+    """``(results, busy)`` from a results frame; arrays are views of shared memory that
+    ``reader`` (a :class:`~.shm.SegmentReader`) maps. A failure report is raised."""
+    msg = _unpack(frame)
+    if msg[0] == FAILED:
+        raise unpickle_error(msg[1]).to_exception()
+    _, busy, new, descs, out = msg
+    if new:
+        reader.add(new)
+    buffers = reader.buffers(descs) if descs else []
+    results = []
+    for seq, kind, payload in out:
+        if kind == OK:
+            payload = serialize.loads_oob(payload, buffers)
+        elif kind == ERR:
+            payload = unpickle_error(payload)
+        results.append((seq, kind, payload))
+    return results, busy

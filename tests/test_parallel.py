@@ -1,0 +1,367 @@
+"""Semantics shared by every executor: strict, ordered, errors, buffering, shutdown.
+
+Each test runs with threads and with processes; the mapper is the same, so must be the results.
+"""
+import collections
+import gc
+import logging
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dataflow as D
+
+pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(60)]
+
+
+class Numbers(D.DataFlow):
+    """[0], [1], ... [n-1]; optionally without a length."""
+
+    def __init__(self, n, with_len=True):
+        self.n, self.with_len = n, with_len
+
+    def __len__(self):
+        if not self.with_len:
+            raise NotImplementedError
+        return self.n
+
+    def __iter__(self):
+        return ([i] for i in range(self.n))
+
+
+@pytest.fixture(params=["thread", "process"])
+def make(request):
+    cls = D.MultiThreadMapData if request.param == "thread" else D.MultiProcessMapData
+
+    def factory(ds, n, func, **kw):
+        return cls(ds, n, func, **kw)
+    factory.kind = request.param
+    return factory
+
+
+def double(dp):
+    return [dp[0] * 2]
+
+
+def jittery_double(dp):
+    if dp[0] % 3 == 0:
+        time.sleep(random.random() * 0.003)      # the workload, not synchronisation
+    return [dp[0] * 2]
+
+
+def drop_odd(dp):
+    return None if dp[0] % 2 else dp
+
+
+def fail_on_7(dp):
+    if dp[0] == 7:
+        raise KeyError(f"no such key for {dp[0]}")
+    return dp
+
+
+def fail_on_multiples_of_5(dp):
+    if dp[0] % 5 == 0:
+        raise ValueError("bad datapoint")
+    return dp
+
+
+def always_fail(dp):
+    raise OSError("unreadable")
+
+
+def values(df):
+    return [dp[0] for dp in df]
+
+
+def test_executor_is_visible(make):
+    with make(Numbers(3), 2, double) as df:
+        assert df.executor == make.kind
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_strict_exactly_once_over_several_epochs(make, ordered):
+    with make(Numbers(300), 3, jittery_double, buffer_size=40, strict=True,
+              ordered=ordered) as df:
+        df.reset_state()
+        for _ in range(3):
+            out = values(df)
+            assert sorted(out) == [2 * i for i in range(300)]
+            if ordered:
+                assert out == [2 * i for i in range(300)]
+
+
+def test_ordered_equals_serial(make):
+    serial = D.MapData(Numbers(200), jittery_double)
+    serial.reset_state()
+    with make(Numbers(200), 2, jittery_double, strict=True, ordered=True) as df:
+        df.reset_state()
+        assert list(df) == list(serial)
+
+
+def test_non_strict_ordered_is_the_repeated_serial_stream(make):
+    with make(Numbers(50), 2, jittery_double, buffer_size=30, ordered=True) as df:
+        df.reset_state()
+        first, second = values(df), values(df)
+    assert len(first) == len(second) == 50
+    assert first + second == [2 * i for i in range(50)] * 2
+
+
+def test_non_strict_pass_is_a_reordering_of_repeated_data(make):
+    with make(Numbers(40), 2, double, buffer_size=25) as df:
+        df.reset_state()
+        out = [values(df) for _ in range(4)]
+    assert [len(p) for p in out] == [40] * 4
+    counts = collections.Counter(v for p in out for v in p)
+    assert set(counts) <= {2 * i for i in range(40)}
+    # at most the buffer is in flight across the pass boundaries
+    assert sum(counts.values()) == 160 and min(counts.values()) >= 4 - 1
+
+
+def test_none_drops_datapoints(make):
+    with make(Numbers(100), 2, drop_odd, strict=True, ordered=True) as df:
+        df.reset_state()
+        assert values(df) == list(range(0, 100, 2))
+
+
+def test_buffer_larger_than_dataset(make):
+    with make(Numbers(5), 2, double, buffer_size=1000, strict=True) as df:
+        df.reset_state()
+        assert sorted(values(df)) == [0, 2, 4, 6, 8]
+        assert sorted(values(df)) == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_source_without_len(make, strict):
+    with make(Numbers(30, with_len=False), 2, double, strict=strict, buffer_size=10) as df:
+        df.reset_state()
+        with pytest.raises(NotImplementedError):
+            len(df)
+        for _ in range(2):
+            out = values(df)
+            if strict:
+                assert sorted(out) == [2 * i for i in range(30)]
+            else:       # a pass is as long as one run of the source, from the endless stream
+                assert len(out) == 30 and set(out) <= {2 * i for i in range(30)}
+
+
+def test_raise_keeps_type_position_and_worker_traceback(make):
+    with make(Numbers(20), 2, fail_on_7, strict=True, ordered=True) as df:
+        df.reset_state()
+        got = []
+        with pytest.raises(KeyError) as info:
+            for dp in df:
+                got.append(dp[0])
+        assert got == list(range(7))
+        cause = info.value.__cause__
+        assert isinstance(cause, D.parallel.mapper.WorkerTraceback)
+        assert "fail_on_7" in str(cause) and "no such key for 7" in str(cause)
+        assert any("datapoint #7" in n for n in getattr(info.value, "__notes__", ["datapoint #7"]))
+        # usable again after reset_state
+        df.reset_state()
+        with pytest.raises(KeyError):
+            list(df)
+
+
+def test_skip_drops_logs_and_counts(make, caplog):
+    with make(Numbers(50), 2, fail_on_multiples_of_5, strict=True, on_error="skip") as df:
+        df.reset_state()
+        with caplog.at_level(logging.WARNING, logger="dataflow"):
+            out = values(df)
+        assert sorted(out) == [i for i in range(50) if i % 5]
+        assert df.num_skipped == 10
+        assert sum("ValueError" in r.getMessage() for r in caplog.records) == 10
+
+
+def test_replace_keeps_the_length(make):
+    with make(Numbers(50), 2, fail_on_multiples_of_5, strict=True, ordered=True,
+              on_error="replace") as df:
+        df.reset_state()
+        out = values(df)
+    assert len(out) == 50 and df.num_replaced == 10
+    good = [i for i in range(50) if i % 5]
+    assert [v for i, v in enumerate(out) if i % 5] == good
+    # datapoint 0 fails before any success: its replacement comes once one exists
+    assert all(v in good for v in out)
+
+
+def test_replace_without_any_success_raises(make):
+    with make(Numbers(10), 2, always_fail, strict=True, on_error="replace") as df:
+        df.reset_state()
+        with pytest.raises(OSError):
+            list(df)
+
+
+@pytest.mark.parametrize("max_errors,ok", [(10, True), (9, False), (0.2, True), (0.1, False)])
+def test_max_errors_bounds_skipping(make, max_errors, ok):
+    with make(Numbers(50), 2, fail_on_multiples_of_5, strict=True, on_error="skip",
+              max_errors=max_errors) as df:
+        df.reset_state()
+        if ok:
+            assert len(values(df)) == 40
+        else:
+            with pytest.raises(ValueError, match="bad datapoint"):
+                list(df)
+
+
+def returns_generator(dp):
+    return (x for x in dp)
+
+
+def returns_int(dp):
+    return dp[0]
+
+
+@pytest.mark.parametrize("func,what", [(returns_generator, "a generator"),
+                                       (returns_int, "'int'")])
+def test_result_that_is_not_a_datapoint(make, func, what):
+    with make(Numbers(5), 2, func, strict=True, ordered=True, on_error="skip") as df:
+        df.reset_state()
+        with pytest.raises(TypeError) as info:
+            list(df)
+    msg = str(info.value)
+    assert func.__name__ in msg and what in msg and "datapoint #0" in msg
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        D.MultiThreadMapData(Numbers(3), 2, double, on_error="ignore")
+    with pytest.raises(ValueError):
+        D.MultiThreadMapData(Numbers(3), 0, double)
+    with pytest.raises(ValueError):
+        D.MultiThreadMapData(Numbers(3), 2, double, max_errors=1.5)
+    with pytest.raises(TypeError):
+        D.MultiThreadMapData(Numbers(3), 2, None)
+
+
+def test_close_is_idempotent_and_reset_restarts(make):
+    df = make(Numbers(10), 2, double, strict=True)
+    df.reset_state()
+    assert len(values(df)) == 10
+    df.close()
+    df.close()
+    df.reset_state()
+    assert sorted(values(df)) == [2 * i for i in range(10)]
+    df.close()
+
+
+def test_garbage_collection_stops_workers(make):
+    df = make(Numbers(100), 2, double, strict=True)
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    del it, df
+    gc.collect()            # the no_leaks fixture checks that nothing is left
+
+
+class Gate:
+    """A map function that blocks until the test opens the gate (threads only)."""
+
+    def __init__(self):
+        self.entered = threading.Event()
+        self.open = threading.Event()
+
+    def __call__(self, dp):
+        self.entered.set()
+        self.open.wait(30)
+        return dp
+
+
+def next_in_thread(it):
+    """Start a thread that takes one datapoint from ``it``; what it gets or raises is kept."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(next(it, None))
+        except Exception as e:
+            outcome.append(e)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def test_close_is_prompt_with_threads_mid_task():
+    gate = Gate()
+    df = D.MultiThreadMapData(Numbers(10), 2, gate, strict=True)
+    df.reset_state()
+    it = iter(df)
+    waiter, outcome = next_in_thread(it)
+    assert gate.entered.wait(10)
+    workers = [t for t in threading.enumerate() if t.name.startswith("dataflow-worker")]
+    t0 = time.perf_counter()
+    df.close()
+    assert time.perf_counter() - t0 < 0.1
+    gate.open.set()
+    for t in workers + [waiter]:
+        t.join(10)
+        assert not t.is_alive()
+    assert isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
+
+
+def sleepy(dp):
+    time.sleep(30)
+    return dp
+
+
+def test_close_is_prompt_with_processes_mid_task():
+    df = D.MultiProcessMapData(Numbers(10), 2, sleepy, strict=True)
+    df.reset_state()
+    it = iter(df)
+    t, outcome = next_in_thread(it)
+    t.join(0.3)             # bounded wait: the consumer is now blocked on busy workers
+    assert t.is_alive()
+    t0 = time.perf_counter()
+    df.close()
+    assert time.perf_counter() - t0 < 0.1
+    t.join(10)
+    assert not t.is_alive()
+    assert isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
+
+
+def test_close_is_prompt_with_a_full_buffer(make):
+    df = make(Numbers(1000), 2, double, buffer_size=50)
+    df.reset_state()
+    it = iter(df)
+    next(it)                 # the workers now fill the buffer and wait for the consumer
+    t0 = time.perf_counter()
+    df.close()
+    assert time.perf_counter() - t0 < 0.1
+    del it
+
+
+def test_two_threads_iterating_at_once_raise(make):
+    gate = threading.Event()
+
+    with make(Numbers(100000), 2, double, strict=True) as df:
+        df.reset_state()
+        it1 = iter(df)
+        next(it1)
+        errors = []
+
+        def second():
+            try:
+                next(iter(df))
+            except RuntimeError as e:
+                errors.append(e)
+            gate.set()
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(10)
+        assert gate.is_set() and errors and "reentrant" in str(errors[0])
+        it1.close()
+
+
+def test_arrays_and_dicts_pass_through(make):
+    def f(dp):
+        return {"image": np.full((64, 64, 3), dp[0], np.uint8), "label": dp[0], "name": f"n{dp[0]}"}
+    with make(Numbers(30), 2, f, strict=True, ordered=True) as df:
+        df.reset_state()
+        out = list(df)
+        assert [d["label"] for d in out] == list(range(30))
+        assert all((d["image"] == d["label"]).all() and d["image"].shape == (64, 64, 3)
+                   for d in out)
+        assert out[3]["name"] == "n3"
+        del out
