@@ -17,6 +17,8 @@ import traceback
 import types
 import weakref
 
+import numpy as np
+
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
 from ..rng import set_datapoint_key
 
@@ -79,6 +81,11 @@ class WorkerError:
         return exc
 
 
+# What a map function may return (tensorpack's datapoints are lists or dicts; a bare array is
+# common enough to accept too).
+_DATAPOINT_TYPES = (list, tuple, dict, np.ndarray)
+
+
 def func_name(func):
     return getattr(func, "__qualname__", None) or type(func).__name__
 
@@ -89,7 +96,8 @@ def _bad_result(func, index, result):
     else:
         what = f"an object of type {type(result).__name__!r}"
     return TypeError(f"map function {func_name(func)} returned {what} for datapoint #{index}; "
-                     f"it must return a datapoint (a list, tuple or dict) or None to drop it")
+                     f"it must return a datapoint (a list, tuple, dict or numpy array) or None to "
+                     f"drop it")
 
 
 def run_chunk(func, run, items, stop=None):
@@ -113,7 +121,7 @@ def run_chunk(func, run, items, stop=None):
         else:
             if r is None:
                 out.append((seq, DROP, None))
-            elif isinstance(r, (list, tuple, dict)):
+            elif isinstance(r, _DATAPOINT_TYPES):
                 out.append((seq, OK, r))
             else:
                 e = _bad_result(func, index, r)
@@ -132,9 +140,11 @@ class Executor:
     * ``submit(run, items)``: queue a chunk, a list of ``(seq, index, datapoint)`` from source
       run ``run``, for :func:`run_chunk`; never blocks for long (the mapper bounds how many
       datapoints are outstanding).
-    * ``get()``: block until some results are back; return ``(results, busy_seconds)`` as
-      :func:`run_chunk` does. Every submitted item comes back exactly once, in any order and
-      any grouping, unless ``get`` raises (a dead worker, say).
+    * ``get(timeout)``: block until some results are back; return ``(results, busy_seconds)``
+      as :func:`run_chunk` does. Every submitted item comes back exactly once, in any order and
+      any grouping, unless ``get`` raises (a dead worker, say), or ``TimeoutError`` once a
+      datapoint has been in a worker for ``timeout`` seconds (``None``: wait as long as it
+      takes). Work held longer than ``dataflow.config.hang_timeout()`` is logged as hung.
     * ``close()``: stop the workers promptly (well under 100 ms) and release everything;
       idempotent, safe to call from a finalizer or at interpreter exit.
     """
@@ -187,7 +197,7 @@ class ParallelMapData(ProxyDataFlow):
     executor = None
 
     def __init__(self, ds, num_workers, map_func, *, buffer_size=200, strict=False,
-                 ordered=False, on_error="raise", max_errors=None):
+                 ordered=False, on_error="raise", max_errors=None, timeout=None):
         super().__init__(ds)
         if map_func is None or not callable(map_func):
             raise TypeError(f"map_func must be callable, got {map_func!r}")
@@ -202,6 +212,10 @@ class ParallelMapData(ProxyDataFlow):
                     max_errors < 0 or (isinstance(max_errors, float) and max_errors > 1):
                 raise ValueError("max_errors must be None, an int >= 0 (errors per pass) or a "
                                  f"float in [0, 1] (fraction of a pass), got {max_errors!r}")
+        if timeout is not None and (isinstance(timeout, bool) or
+                                    not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError(f"timeout must be None or a positive number, got {timeout!r}")
+        self.timeout = timeout
         self.num_workers = num_workers
         self.map_func = map_func
         self.buffer_size = buffer_size
@@ -296,7 +310,12 @@ class ParallelMapData(ProxyDataFlow):
 
     def _room(self):
         st = self._state
-        return self.buffer_size - len(st.outstanding) - len(st.held) - len(st.ready)
+        room = self.buffer_size - len(st.outstanding) - len(st.held) - len(st.ready)
+        if st.per_item is None:
+            # No timing yet: one datapoint per worker (and one spare each) until the first
+            # results tell how big chunks should be; the buffer fills right after.
+            room = min(room, 2 * self.num_workers - len(st.outstanding))
+        return room
 
     def _receive(self, first_seq):
         """Wait for one batch of results and queue them for handling. Results of datapoints sent
@@ -304,7 +323,7 @@ class ParallelMapData(ProxyDataFlow):
         st, ex = self._state, self._exec
         if ex is None:
             raise RuntimeError(CLOSED_WHILE_ITERATING)
-        results, busy = ex.get()
+        results, busy = ex.get(self.timeout)
         if results:
             per_item = busy / len(results)
             st.per_item = per_item if st.per_item is None else 0.8 * st.per_item + 0.2 * per_item

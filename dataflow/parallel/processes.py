@@ -14,28 +14,37 @@ closures work with every start method; with ``"fork"`` they are inherited withou
 import atexit
 import collections
 import contextlib
+import faulthandler
+import itertools
+import logging
 import multiprocessing as mp
+import multiprocessing.forkserver as mp_forkserver
 import multiprocessing.spawn as mp_spawn
 import os
 import pickle
+import select
 import signal
 import socket
 import threading
 import time
+import warnings
 import weakref
 
 import zmq
 
-from .. import rng, serialize
+from .. import config, rng
 from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, func_name, run_chunk
 from .shm import SegmentPool, SegmentReader
 from . import shm, transport
-from .supervisor import WorkerCrashedError, describe_exit, die_with_parent, process_alive
+from .supervisor import (WorkerCrashedError, check_workers, describe_exit, die_with_parent,
+                         process_alive)
 from .threads import OwnDataFlow, _Tickets, available_cpus, dataflow_length
 
 __all__ = ["ProcessExecutor", "MultiProcessMapData", "MultiProcessMapDataZMQ",
            "MultiProcessRunner", "MultiProcessRunnerZMQ", "MultiProcessMapAndBatchData",
            "MultiProcessMapAndBatchDataZMQ", "default_start_method"]
+
+logger = logging.getLogger("dataflow")
 
 # How often an idle worker checks that its consumer still exists (seconds).
 _LIVENESS_INTERVAL = 0.25
@@ -44,8 +53,18 @@ _TERMINATE_GRACE = 0.05
 
 
 def default_start_method():
-    """``"forkserver"`` where available, else ``"spawn"``: neither copies a running parent."""
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    """The start method used when none is given.
+
+    ``"fork"`` while no other Python thread runs in this process: then nothing can hold a lock
+    that the child would inherit locked, and workers start in milliseconds and inherit
+    everything, as with tensorpack. Once another thread runs (ours, a library's, a
+    ``MultiThreadMapData`` upstream), ``"forkserver"``, whose server is a clean single-threaded
+    process, so nothing can deadlock; ``"spawn"`` where neither exists.
+    """
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
 
 
 class _Shipped:
@@ -72,11 +91,30 @@ def _unship(data):
     return s
 
 
-def _worker_main(wid, endpoint, fd_sock, shipped, seed, consumer_pid, pdeathsig):
+def _leave_fork_server():
+    """Drop the fork server's liveness pipe that multiprocessing hands every child it forks.
+
+    The server lives until the last holder of that pipe is gone, and our workers die with the
+    server (PR_SET_PDEATHSIG): if they held it too, a killed consumer would leave both alive.
+    Without it, a pipeline nested in this worker starts a fork server of its own.
+    """
+    server = getattr(mp_forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+        server._forkserver_pid = None
+        server._forkserver_address = None
+
+
+def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
     if pdeathsig:
         die_with_parent()
+    _leave_fork_server()
+    if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
+        faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
     context = zmq.Context(1)
     sock = transport.make_socket(context)
@@ -91,7 +129,10 @@ def _worker_main(wid, endpoint, fd_sock, shipped, seed, consumer_pid, pdeathsig)
                 if not process_alive(consumer_pid):
                     break
                 continue
-            kind, released, run, items = transport.decode_task(sock.recv_multipart())
+            frames = sock.recv_multipart()
+            if not process_alive(consumer_pid):       # orphaned with work still queued
+                break
+            kind, released, run, items = transport.decode_task(frames)
             if kind != transport.TASK:
                 break
             pool.release(released)
@@ -104,20 +145,35 @@ def _worker_main(wid, endpoint, fd_sock, shipped, seed, consumer_pid, pdeathsig)
         sock.setsockopt(zmq.LINGER, 2000)            # make sure the report gets out
         sock.send(transport.encode_failure(err))
     finally:
+        _close_all()                   # pipelines nested in this worker
         sock.close()
         context.term()
 
 
 class _Worker:
-    """The consumer's handle on one worker process."""
+    """The consumer's handle on one worker process (one incarnation of worker slot ``wid``)."""
 
-    def __init__(self, wid, process, sock, reader):
-        self.wid = wid
+    def __init__(self, wid, key, process, sock, fd_sock, stack_sock, reader):
+        self.wid, self.key = wid, key
         self.process = process
         self.sock = sock
+        self.fd_sock = fd_sock
+        self.stack_sock = stack_sock
         self.reader = reader
-        self.outstanding = {}       # seq -> index of the datapoints this worker holds
+        self.outstanding = {}       # seq -> (run, index, datapoint), kept for a restart
         self.released = []          # segment ids to hand back with the next task
+        self.busy_since = None      # when its current work last made progress
+        self.next_warning = None    # when to report it as hung (again)
+
+    def held(self):
+        return sorted(index for _, index, _ in self.outstanding.values())
+
+    def describe(self):
+        return f"datapoints {self.describe_held()} have been in worker process {self.process.pid}"
+
+    def describe_held(self):
+        held = self.held()
+        return ", ".join(f"#{i}" for i in held[:20]) + (" ..." if len(held) > 20 else "")
 
 
 _live_executors = weakref.WeakSet()
@@ -173,16 +229,30 @@ def _get_context(method):
 
 class ProcessExecutor:
     """``num_workers`` processes, each running ``make_func(worker_id)`` once and then the map
-    function it returns on every chunk sent to it."""
+    function it returns on every chunk sent to it.
+
+    Supervision: a worker that dies is reported at once as :class:`WorkerCrashedError`, or, while
+    fewer than ``max_restarts`` restarts happened, replaced by a new process that receives the
+    datapoints the dead one held (each result still arrives exactly once). A worker that holds a
+    datapoint for longer than ``dataflow.config.hang_timeout()`` is reported through the
+    ``dataflow`` logger with its current Python stack, again at every such interval.
+    """
     kind = "process"
 
-    def __init__(self, num_workers, make_func, start_method=None, name="dataflow"):
+    def __init__(self, num_workers, make_func, start_method=None, max_restarts=0,
+                 name="dataflow"):
         method = start_method or default_start_method()
         if method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
                              f"got {start_method!r}")
+        if not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
         self.start_method = method
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._name = name
         self._closed = False
+        self._owner_pid = os.getpid()
         self._busy = threading.RLock()      # held by get(); close() waits for it
         self._context = zmq.Context(1)
         self._endpoints = transport.Endpoints()
@@ -192,82 +262,131 @@ class ProcessExecutor:
         self._workers = []
         self._by_sentinel = {}
         self._by_key = {}
+        self._incarnations = itertools.count()
         _live_executors.add(self)
         try:
-            self._start(num_workers, make_func, name)
+            self._mp = _get_context(method)
+            self._shipped = _Shipped(make_func)
+            # PR_SET_PDEATHSIG follows the thread that forked: only safe when that thread lives
+            # as long as the consumer (the main thread, or the fork server's).
+            self._pdeathsig = method != "fork" or \
+                threading.current_thread() is threading.main_thread()
+            self._workers = [None] * num_workers
+            for wid in range(num_workers):
+                self._workers[wid] = self._spawn(wid)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, num_workers, make_func, name):
-        ctx = _get_context(self.start_method)
-        shipped = _Shipped(make_func)
-        # PR_SET_PDEATHSIG follows the thread that forked: only safe when that thread lives as
-        # long as the consumer (the main thread, or the fork server's).
-        pdeathsig = self.start_method != "fork" or \
-            threading.current_thread() is threading.main_thread()
-        for wid in range(num_workers):
-            mine, theirs = socket.socketpair()
-            endpoint = self._endpoints(wid)
-            p = ctx.Process(target=_worker_main, name=f"{name}-worker-{wid}",
-                            args=(wid, endpoint, theirs, shipped, rng.get_seed(), os.getpid(),
-                                  pdeathsig))
-            try:
-                with _without_main_module():
-                    p.start()
-            finally:
-                theirs.close()
-            sock = transport.make_socket(self._context)
-            sock.connect(endpoint)
-            w = _Worker(wid, p, sock, SegmentReader(wid, mine, self._released))
-            w.fd_sock = mine
-            self._workers.append(w)
-            self._by_sentinel[p.sentinel] = w
-            self._by_key[wid] = w
-            self._poller.register(sock, zmq.POLLIN)
-            self._poller.register(p.sentinel, zmq.POLLIN)
+    def _spawn(self, wid):
+        key = next(self._incarnations)
+        mine, theirs = socket.socketpair()
+        stack_mine, stack_theirs = socket.socketpair()
+        endpoint = self._endpoints(key)
+        p = self._mp.Process(
+            target=_worker_main, name=f"{self._name}-worker-{wid}",
+            args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
+                  os.getpid(), self._pdeathsig))
+        try:
+            with _without_main_module(), warnings.catch_warnings():
+                # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
+                # other Python thread, and C-level threads (BLAS pools, ZeroMQ's I/O thread)
+                # are fork-aware.
+                warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                        message=".*fork.*")
+                p.start()
+        except BaseException:
+            for s in (mine, stack_mine):
+                s.close()
+            raise
+        finally:
+            theirs.close()
+            stack_theirs.close()
+        sock = transport.make_socket(self._context)
+        sock.connect(endpoint)
+        w = _Worker(wid, key, p, sock, mine, stack_mine, SegmentReader(key, mine, self._released))
+        self._by_sentinel[p.sentinel] = w
+        self._by_key[key] = w
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(p.sentinel, zmq.POLLIN)
+        return w
 
     @property
     def pids(self):
-        return [w.process.pid for w in self._workers]
+        return [w.process.pid for w in self._workers if w is not None]
 
     def submit(self, run, items):
+        w = min(self._workers, key=lambda w: len(w.outstanding))
+        self._send(w, run, items)
+
+    def _send(self, w, run, items):
         while self._released:
             key, sid = self._released.popleft()
-            w = self._by_key.get(key)
-            if w is not None:
-                w.released.append(sid)
-        w = min(self._workers, key=lambda w: len(w.outstanding))
+            owner = self._by_key.get(key)
+            if owner is not None:
+                owner.released.append(sid)
         frames = transport.encode_task(run, items, w.released)
         w.released = []
         if len(frames) == 1:
             w.sock.send(frames[0])
         else:                         # large arrays: let ZeroMQ send them without a copy
             w.sock.send_multipart(frames, copy=False)
-        for seq, index, _ in items:
-            w.outstanding[seq] = index
+        if not w.outstanding:
+            w.busy_since, w.next_warning = time.monotonic(), None
+        for seq, index, dp in items:
+            w.outstanding[seq] = (run, index, dp)
 
-    def get(self):
+    def get(self, timeout=None):
         with self._busy:
             while not self._batches:
                 if self._closed:
                     raise RuntimeError(CLOSED_WHILE_ITERATING)
-                self._wait()
+                self._wait(timeout)
             return self._batches.popleft()
 
-    def _wait(self):
-        """Wait for messages or worker deaths, and handle them."""
-        events = self._poller.poll()
+    def _wait(self, timeout):
+        """Wait for messages, worker deaths or the next deadline, and handle them."""
+        events = self._poller.poll(self._check_time(timeout))
         ready = {s for s, _ in events}
         for w in self._workers:
             if w.sock in ready:
                 self._drain(w)
         for fd in ready:
             w = self._by_sentinel.get(fd)
-            if w is not None:
+            if w is not None and not self._closed:
                 self._drain(w)
-                if not self._closed:
-                    self._crashed(w)
+                self._died(w)
+
+    def _check_time(self, timeout):
+        """Apply the deadlines; milliseconds until the next one (``None``: no deadline)."""
+        wait = check_workers(self._workers, timeout, config.hang_timeout(), self._warn_hung)
+        return None if wait is None else int(wait * 1000) + 1
+
+    def _warn_hung(self, w, waited):
+        logger.warning("%s for %.0f s (hang_timeout=%s s); its Python stack:\n%s", w.describe(),
+                       waited, config.hang_timeout(), self._stack_of(w))
+
+    def _stack_of(self, w):
+        """Ask a worker for its stack (faulthandler on SIGUSR1) and read it, waiting 1 s at most."""
+        if not hasattr(signal, "SIGUSR1"):
+            return "(not available on this platform)"
+        try:
+            os.kill(w.process.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return "(the worker is gone)"
+        # faulthandler writes line by line: wait up to 1 s for the first bytes, then read
+        # until the worker has been quiet for a moment.
+        chunks, wait = [], 1.0
+        while True:
+            r, _, _ = select.select([w.stack_sock], [], [], wait)
+            if not r:
+                break
+            data = w.stack_sock.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+            wait = 0.05
+        return b"".join(chunks).decode(errors="replace") or "(no answer)"
 
     def _drain(self, w):
         while True:
@@ -278,25 +397,59 @@ class ProcessExecutor:
             results, busy = transport.decode_results(frame, w.reader)
             for seq, _, _ in results:
                 w.outstanding.pop(seq, None)
+            w.busy_since = time.monotonic() if w.outstanding else None
+            w.next_warning = None
             self._batches.append((results, busy))
 
-    def _crashed(self, w):
-        w.process.join(0.5)
-        held = sorted(w.outstanding.values())
-        shown = ", ".join(f"#{i}" for i in held[:20]) + (" ..." if len(held) > 20 else "")
-        raise WorkerCrashedError(
-            f"worker process {w.process.pid} (worker {w.wid}) {describe_exit(w.process.exitcode)}"
-            + (f" while holding datapoints {shown}" if held else ""),
-            pid=w.process.pid, exitcode=w.process.exitcode, datapoints=held)
+    def _died(self, w):
+        """A worker's process ended: replace it, or report it."""
+        w.process.join()
+        how = describe_exit(w.process.exitcode)
+        held = w.held()
+        message = (f"worker process {w.process.pid} (worker {w.wid}) {how}"
+                   + (f" while holding datapoints {w.describe_held()}" if held else ""))
+        if self.restarts >= self.max_restarts:
+            if self.max_restarts:
+                message += f"; max_restarts={self.max_restarts} restarts already used"
+            raise WorkerCrashedError(message, pid=w.process.pid, exitcode=w.process.exitcode,
+                                     datapoints=held)
+        self.restarts += 1
+        logger.warning("%s; starting a new worker (restart %d of %d)", message, self.restarts,
+                       self.max_restarts)
+        self._retire(w)
+        new = self._workers[w.wid] = self._spawn(w.wid)
+        by_run = collections.defaultdict(list)
+        for seq, (run, index, dp) in w.outstanding.items():
+            by_run[run].append((seq, index, dp))
+        for run, items in by_run.items():
+            self._send(new, run, items)
+
+    def _retire(self, w):
+        """Forget a dead worker; arrays of its segments that the user holds stay valid."""
+        self._poller.unregister(w.sock)
+        self._poller.unregister(w.process.sentinel)
+        del self._by_sentinel[w.process.sentinel]
+        del self._by_key[w.key]
+        self._close_handles(w)
+        w.process.close()
+
+    @staticmethod
+    def _close_handles(w):
+        w.sock.close(linger=0)
+        w.fd_sock.close()
+        w.stack_sock.close()
+        w.reader.close()
 
     def close(self):
         if self._closed:
             return
         self._closed = True
         _live_executors.discard(self)
+        if os.getpid() != self._owner_pid:
+            return      # a copy inherited by a forked child: the workers are not ours
         # Workers go first: their deaths wake a get() blocked in another thread, which then
         # leaves, so the sockets can be closed safely (ZeroMQ sockets are not thread-safe).
-        procs = [w.process for w in self._workers]
+        procs = [w.process for w in self._workers if w is not None]
         for p in procs:
             if p.exitcode is None:
                 p.terminate()
@@ -309,22 +462,24 @@ class ProcessExecutor:
                 p.join()
             p.close()
         with self._busy:
-            self._teardown()
-
-    def _teardown(self):
-        for w in self._workers:
-            w.sock.close(linger=0)
-            w.fd_sock.close()
-            w.reader.close()
-        self._context.term()
-        self._endpoints.remove()
+            for w in self._workers:
+                if w is not None:
+                    self._close_handles(w)
+            self._context.term()
+            self._endpoints.remove()
 
 
 class MultiProcessMapData(ParallelMapData):
     """Apply ``map_func`` to the datapoints of ``ds`` in ``num_proc`` worker processes.
 
     Same arguments and guarantees as :class:`~dataflow.MultiThreadMapData` (strict, ordered,
-    on_error, max_errors), plus ``start_method`` (``None``: see :func:`default_start_method`).
+    on_error, max_errors, timeout), plus:
+
+    * ``start_method``: ``None`` picks :func:`default_start_method`;
+    * ``max_restarts``: how many dead workers may be replaced (their datapoints are sent to the
+      new worker; strict mode still yields each once) before :class:`WorkerCrashedError` is
+      raised. With 0 (the default) the first death raises.
+
     The source is read in the consuming process; datapoints go to the workers and results come
     back with their arrays in shared memory, handed to you without a copy. Inside ``map_func``,
     :func:`dataflow.shared_empty` allocates an output array directly in shared memory.
@@ -333,15 +488,18 @@ class MultiProcessMapData(ParallelMapData):
     executor = "process"
 
     def __init__(self, ds, num_proc=None, map_func=None, *, buffer_size=200, strict=False,
-                 ordered=False, on_error="raise", max_errors=None, start_method=None):
+                 ordered=False, on_error="raise", max_errors=None, start_method=None,
+                 max_restarts=0, timeout=None):
         super().__init__(ds, available_cpus() if num_proc is None else num_proc, map_func,
                          buffer_size=buffer_size, strict=strict, ordered=ordered,
-                         on_error=on_error, max_errors=max_errors)
+                         on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_proc = self.num_workers
         self.start_method = start_method
+        self.max_restarts = max_restarts
 
     def _make_executor(self):
-        return ProcessExecutor(self.num_workers, _Constant(self.map_func), self.start_method)
+        return ProcessExecutor(self.num_workers, _Constant(self.map_func), self.start_method,
+                               self.max_restarts)
 
 
 MultiProcessMapDataZMQ = MultiProcessMapData
@@ -378,26 +536,31 @@ class MultiProcessRunner(ParallelMapData):
     """
     executor = "process"
 
-    def __init__(self, ds, num_prefetch, num_proc, *, start_method=None):
+    def __init__(self, ds, num_prefetch, num_proc, *, start_method=None, max_restarts=0,
+                 timeout=None):
         self.num_prefetch = num_prefetch
         self.num_proc = num_proc
         self.start_method = start_method
+        self.max_restarts = max_restarts
         super().__init__(_Tickets(dataflow_length(ds)), num_proc, _OwnCopy(ds),
-                         buffer_size=num_prefetch)
+                         buffer_size=num_prefetch, timeout=timeout)
 
     def _reset_source(self):
         pass                          # each worker resets its own copy
 
     def _make_executor(self):
-        return ProcessExecutor(self.num_workers, self.map_func, self.start_method)
+        return ProcessExecutor(self.num_workers, self.map_func, self.start_method,
+                               self.max_restarts)
 
 
 class MultiProcessRunnerZMQ(MultiProcessRunner):
     """tensorpack's ``MultiProcessRunnerZMQ(ds, num_proc=1, hwm=50)``: a
     :class:`MultiProcessRunner` with ``hwm`` datapoints of prefetch."""
 
-    def __init__(self, ds, num_proc=1, hwm=50, *, start_method=None):
-        super().__init__(ds, hwm, num_proc, start_method=start_method)
+    def __init__(self, ds, num_proc=1, hwm=50, *, start_method=None, max_restarts=0,
+                 timeout=None):
+        super().__init__(ds, hwm, num_proc, start_method=start_method,
+                         max_restarts=max_restarts, timeout=timeout)
         self.hwm = hwm
 
 
@@ -450,7 +613,7 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
     """
 
     def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None, *,
-                 start_method=None):
+                 start_method=None, max_restarts=0, timeout=None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         n = dataflow_length(ds)
@@ -461,7 +624,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         self.batch_size = batch_size
         super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
                          buffer_size=max(1, buffer_size // batch_size),
-                         start_method=start_method)
+                         start_method=start_method, max_restarts=max_restarts,
+                         timeout=timeout)
         self.buffer_size_datapoints = buffer_size
 
 

@@ -6,14 +6,19 @@
 * The consumer waits on each worker's process sentinel together with its sockets, so a worker that
   dies (killed, segfault, ``os._exit``, out of memory) is noticed at once, and
   :class:`WorkerCrashedError` names it, how it died and the datapoints it held.
+* :func:`check_workers` applies the deadlines (the user's ``timeout``, the configured hang
+  timeout) to the workers of any executor.
 """
 import ctypes
 import ctypes.util
+import math
 import os
 import signal
 import sys
+import time
 
-__all__ = ["WorkerCrashedError", "die_with_parent", "process_alive", "describe_exit"]
+__all__ = ["WorkerCrashedError", "die_with_parent", "process_alive", "describe_exit",
+           "check_workers"]
 
 
 class WorkerCrashedError(RuntimeError):
@@ -63,3 +68,38 @@ def describe_exit(exitcode):
             name = str(-exitcode)
         return f"was killed by signal {name}"
     return f"exited with code {exitcode}"
+
+
+def check_workers(workers, timeout, hang_timeout, on_hung):
+    """The deadlines of every executor, in one place.
+
+    ``workers`` have ``busy_since`` (``time.monotonic()`` of the last progress on the work they
+    hold, ``None`` when idle), ``next_warning`` (managed here) and ``describe()`` (which
+    datapoints, which process or thread). Raises ``TimeoutError`` for work held ``timeout``
+    seconds; calls ``on_hung(worker, seconds)`` once work is held ``hang_timeout`` seconds, and
+    again every ``hang_timeout`` seconds. Returns the seconds until the next deadline, or
+    ``None`` when there is none.
+    """
+    now = time.monotonic()
+    wake = None
+    for w in workers:
+        if w is None or w.busy_since is None:
+            continue
+        waited = now - w.busy_since
+        if timeout is not None:
+            if waited >= timeout:
+                raise TimeoutError(f"{w.describe()} for {waited:.1f} s, more than "
+                                   f"timeout={timeout} s")
+            wake = _earliest(wake, w.busy_since + timeout)
+        if hang_timeout != math.inf:
+            if w.next_warning is None:
+                w.next_warning = w.busy_since + hang_timeout
+            if now >= w.next_warning:
+                on_hung(w, waited)
+                w.next_warning = now + hang_timeout
+            wake = _earliest(wake, w.next_warning)
+    return None if wake is None else max(0.0, wake - now)
+
+
+def _earliest(a, b):
+    return b if a is None else min(a, b)

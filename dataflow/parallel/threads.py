@@ -5,14 +5,21 @@ contract; ordering, strictness and errors are the mapper's. The worker threads h
 to the dataflow, so an abandoned dataflow is garbage-collected and its finalizer stops them.
 """
 import itertools
+import logging
 import os
 import queue
+import sys
 import threading
 import time
+import traceback
 
+from .. import config
 from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, run_chunk
+from .supervisor import check_workers
 
 __all__ = ["ThreadExecutor", "MultiThreadMapData", "MultiThreadRunner", "available_cpus"]
+
+logger = logging.getLogger("dataflow")
 
 # close() waits at most this long in total for idle threads to leave; a thread that is inside a
 # map call cannot be interrupted and leaves as soon as that call returns.
@@ -27,6 +34,13 @@ def available_cpus():
         return os.cpu_count() or 1
 
 
+def _warn_hung(watch, waited):
+    frame = sys._current_frames().get(watch.thread.ident)
+    stack = "".join(traceback.format_stack(frame)) if frame is not None else "(finished)"
+    logger.warning("%s for %.0f s (hang_timeout=%s s); its Python stack:\n%s", watch.describe(),
+                   waited, config.hang_timeout(), stack)
+
+
 class _Failed:
     """Put on the result queue by a worker thread that cannot go on."""
     __slots__ = ("error",)
@@ -35,14 +49,32 @@ class _Failed:
         self.error = error
 
 
-def _thread_main(wid, make_func, tasks, results, stop):
+class _Watch:
+    """What the consumer knows of one worker thread's current chunk, for the deadlines."""
+    __slots__ = ("thread", "busy_since", "next_warning", "items")
+
+    def __init__(self):
+        self.thread = None
+        self.busy_since = self.next_warning = self.items = None
+
+    def describe(self):
+        items = self.items or ()
+        shown = ", ".join(f"#{index}" for _, index, _ in items[:20])
+        return f"datapoints {shown} have been in worker thread {self.thread.name!r}"
+
+
+def _thread_main(wid, make_func, tasks, results, stop, watch):
     try:
         func = make_func(wid)
         while True:
             task = tasks.get()
             if task is None or stop.is_set():
                 return
-            results.put(run_chunk(func, task[0], task[1], stop))
+            watch.items, watch.next_warning = task[1], None
+            watch.busy_since = time.monotonic()
+            out = run_chunk(func, task[0], task[1], stop)
+            watch.busy_since = None
+            results.put(out)
     except BaseException as e:       # make_func failed, or something outside one datapoint
         results.put(_Failed(WorkerError.from_exception(e, f"worker thread {wid}")))
 
@@ -55,18 +87,26 @@ class ThreadExecutor:
         self._tasks = queue.SimpleQueue()
         self._results = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._watches = [_Watch() for _ in range(num_workers)]
         self._threads = [
             threading.Thread(target=_thread_main, name=f"{name}-worker-{i}", daemon=True,
-                             args=(i, make_func, self._tasks, self._results, self._stop))
-            for i in range(num_workers)]
-        for t in self._threads:
+                             args=(i, make_func, self._tasks, self._results, self._stop, w))
+            for i, w in enumerate(self._watches)]
+        for t, w in zip(self._threads, self._watches):
+            w.thread = t
             t.start()
 
     def submit(self, run, items):
         self._tasks.put((run, items))
 
-    def get(self):
-        r = self._results.get()
+    def get(self, timeout=None):
+        while True:
+            wait = check_workers(self._watches, timeout, config.hang_timeout(), _warn_hung)
+            try:
+                r = self._results.get(timeout=wait)
+                break
+            except queue.Empty:
+                pass
         if isinstance(r, _Failed):
             raise r.error.to_exception()
         if r is None:
@@ -109,14 +149,17 @@ class MultiThreadMapData(ParallelMapData):
         max_errors: with skip/replace, raise once a pass has more errors than this (an int), or
             than this fraction of the pass (a float; of the datapoints seen so far when the length
             of the source is unknown).
+        timeout: raise ``TimeoutError`` in the consumer once a datapoint has been in a worker
+            for this many seconds (default ``None``: wait as long as it takes; work held longer
+            than ``dataflow.config.hang_timeout()`` is logged with the worker's stack).
     """
     executor = "thread"
 
     def __init__(self, ds, num_thread=None, map_func=None, *, buffer_size=200, strict=False,
-                 ordered=False, on_error="raise", max_errors=None):
+                 ordered=False, on_error="raise", max_errors=None, timeout=None):
         super().__init__(ds, available_cpus() if num_thread is None else num_thread, map_func,
                          buffer_size=buffer_size, strict=strict, ordered=ordered,
-                         on_error=on_error, max_errors=max_errors)
+                         on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_thread = self.num_workers
 
     def _make_executor(self):
