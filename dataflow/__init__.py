@@ -6,6 +6,8 @@ from .base import (DataFlow, DataFlowReentrantGuard, DataFlowTerminated, ProxyDa
                    RNGDataFlow)
 from .rng import get_rng, set_seed
 from . import serialize
+from . import config, ops
+from .ops import native
 from .raw import (DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue,
                   FakeData)
 from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData,

@@ -1,0 +1,343 @@
+"""Image ops on numpy arrays: decode, resize, crop, flip, normalize, layout.
+
+Images are numpy arrays in HWC layout (height, width, channels) or HW for a single channel.
+Every op returns a new array (or, where noted, its input unchanged) and never writes into its
+input. Random ops draw only from :func:`dataflow.rng.datapoint_rng`, so with
+:func:`dataflow.set_seed` a datapoint gets the same result whatever the number of workers or
+the executor.
+"""
+import io
+
+import numpy as np
+
+from .. import rng as _rng
+from .base import Op
+
+__all__ = ["Decode", "Resize", "RandomCrop", "CenterCrop", "RandomHorizontalFlip",
+           "Normalize", "HWC2CHW"]
+
+
+def _pil_image():
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise ImportError('Decode needs Pillow, which is not installed: '
+                          'pip install "dataflow-rt[images]"  (or: pip install Pillow)') from e
+    return Image
+
+
+def _size_pair(op, size):
+    """``size`` as ``(h, w)`` of positive ints: an int ``s`` is ``(s, s)``."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        size = (int(size), int(size))
+    try:
+        h, w = size
+        if isinstance(h, bool) or isinstance(w, bool) or int(h) != h or int(w) != w:
+            raise ValueError
+        h, w = int(h), int(w)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: size must be an int or a pair (h, w) of ints, "
+                        f"got {size!r}") from None
+    if h <= 0 or w <= 0:
+        raise ValueError(f"{op}: size must be positive, got {(h, w)}")
+    return h, w
+
+
+def _check_image(op, x, kinds="biuf"):
+    """Raise unless ``x`` is an HW or HWC numpy array with a non-empty image and a dtype of one
+    of ``kinds``."""
+    if not isinstance(x, np.ndarray):
+        raise op._err(TypeError, f"expected a numpy array (an HW or HWC image), "
+                                 f"got {type(x).__name__}")
+    if x.ndim not in (2, 3):
+        raise op._err(ValueError, f"expected an HW or HWC image (2 or 3 dimensions), "
+                                  f"got shape {x.shape}")
+    if x.dtype.kind not in kinds:
+        raise op._err(TypeError, f"unsupported dtype {x.dtype} (shape {x.shape})")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise op._err(ValueError, f"empty image of shape {x.shape}")
+
+
+class Decode(Op):
+    """Decode encoded image bytes (JPEG, PNG, or any format Pillow reads) to a ``uint8`` HWC
+    array.
+
+    ``mode="RGB"`` (default) gives ``H x W x 3``: grayscale, palette and CMYK images are
+    converted to RGB, and an alpha channel is dropped. ``mode="L"`` gives grayscale
+    ``H x W x 1``; ``mode="RGBA"`` gives ``H x W x 4``. The result always has 3 dimensions, so
+    one mode gives one layout for every file. Conversion is Pillow's ``Image.convert``
+    (16-bit images are reduced to 8 bits by it); the EXIF orientation is not applied.
+
+    The input is ``bytes``, ``bytearray``, ``memoryview`` or a 1-D ``uint8`` array (what
+    ``np.fromfile`` gives). Bytes that are not a readable image raise ``ValueError``.
+    Needs Pillow (``pip install "dataflow-rt[images]"``), imported at the first call.
+
+    Native: Pillow decodes with the GIL released.
+    """
+
+    native = True
+    _fields = ("mode",)
+    _MODES = ("RGB", "L", "RGBA")
+
+    def __init__(self, mode="RGB", index=None):
+        super().__init__(index)
+        if mode not in self._MODES:
+            raise ValueError(f"Decode: mode must be one of {self._MODES}, got {mode!r}")
+        self.mode = mode
+
+    def apply(self, data):
+        if isinstance(data, np.ndarray):
+            if data.dtype != np.uint8 or data.ndim != 1:
+                raise self._err(TypeError, f"expected encoded bytes or a 1-D uint8 array, got "
+                                           f"an array of dtype {data.dtype} and shape "
+                                           f"{data.shape}")
+            data = data.tobytes()
+        elif isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        elif not isinstance(data, bytes):
+            raise self._err(TypeError, f"expected encoded image bytes, got "
+                                       f"{type(data).__name__}")
+        if not data:
+            raise self._err(ValueError, "got 0 bytes, not an image")
+        Image = _pil_image()
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                if img.mode != self.mode:
+                    img = img.convert(self.mode)
+                arr = np.array(img)          # a writeable copy
+        except MemoryError:
+            raise
+        except Exception as e:
+            raise self._err(ValueError, f"cannot decode {len(data)} bytes (starting "
+                                        f"{data[:8]!r}) as an image: {e}") from e
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+        return arr
+
+
+def _bilinear_axis(n_in, n_out):
+    """Source indices ``i0``, ``i1`` and weights of ``i1`` for resampling an axis of ``n_in``
+    samples to ``n_out``, with pixel centres aligned (``align_corners=False``)."""
+    src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
+    src = np.clip(src, 0, n_in - 1)
+    i0 = np.floor(src).astype(np.intp)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return i0, i1, src - i0
+
+
+class Resize(Op):
+    """Resize an HW or HWC image with bilinear interpolation.
+
+    ``size`` is ``(h, w)``, or an int: the shorter side becomes ``size`` and the longer side
+    ``int(size * long / short)`` (as torchvision), keeping the aspect ratio.
+
+    Interpolation is plain bilinear with pixel centres aligned, the same as OpenCV's
+    ``INTER_LINEAR`` and ``torch.nn.functional.interpolate(mode="bilinear",
+    align_corners=False)``: no antialiasing, so shrinking by more than 2x aliases. It is computed
+    in float32 (float64 for 32/64-bit ints and float64); the result has the input's dtype,
+    rounded to nearest and clipped to the dtype's range for integer dtypes. An image already of
+    the target size is returned unchanged. Any number of channels works.
+
+    Native: vectorised numpy, no per-pixel Python.
+    """
+
+    native = True
+    _fields = ("size",)
+
+    def __init__(self, size, index=None):
+        super().__init__(index)
+        if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+            if size <= 0:
+                raise ValueError(f"Resize: size must be positive, got {size}")
+            self.size = int(size)
+        else:
+            self.size = _size_pair("Resize", size)
+
+    def target(self, h, w):
+        """The output ``(h, w)`` for an ``h x w`` input."""
+        if not isinstance(self.size, int):
+            return self.size
+        s = self.size
+        if h <= w:
+            return s, max(1, int(s * w / h))
+        return max(1, int(s * h / w)), s
+
+    def apply(self, x):
+        _check_image(self, x, kinds="iuf")
+        h, w = x.shape[:2]
+        oh, ow = self.target(h, w)
+        if (oh, ow) == (h, w):
+            return x
+        big = (x.dtype.kind in "iu" and x.dtype.itemsize >= 4) or x.dtype == np.float64
+        ftype = np.float64 if big else np.float32
+        y0, y1, wy = _bilinear_axis(h, oh)
+        x0, x1, wx = _bilinear_axis(w, ow)
+        extra = (1,) * (x.ndim - 2)
+        wy = wy.astype(ftype).reshape((oh, 1) + extra)
+        wx = wx.astype(ftype).reshape((1, ow) + extra)
+        # lerp(a, b, t) = a + (b - a) * t, in place: rows first (oh, w, ...), then columns
+        top = x.take(y0, axis=0).astype(ftype)
+        rows = x.take(y1, axis=0).astype(ftype)
+        rows -= top
+        rows *= wy
+        rows += top
+        left = rows.take(x0, axis=1)
+        out = rows.take(x1, axis=1)
+        out -= left
+        out *= wx
+        out += left
+        if x.dtype.kind in "iu":
+            info = np.iinfo(x.dtype)
+            np.rint(out, out=out)
+            np.clip(out, info.min, info.max, out=out)
+        return out.astype(x.dtype, copy=False)
+
+
+class _Crop(Op):
+    _fields = ("size",)
+
+    def __init__(self, size, index=None):
+        super().__init__(index)
+        self.size = _size_pair(type(self).__name__, size)
+
+    def _offsets(self, h, w, ch, cw):
+        raise NotImplementedError
+
+    def apply(self, x):
+        _check_image(self, x)
+        h, w = x.shape[:2]
+        ch, cw = self.size
+        if ch > h or cw > w:
+            raise self._err(ValueError, f"crop size {(ch, cw)} is larger than the image "
+                                        f"(shape {x.shape})")
+        top, left = self._offsets(h, w, ch, cw)
+        return x[top:top + ch, left:left + cw].copy()
+
+
+class RandomCrop(_Crop):
+    """Crop an ``(h, w)`` window (``size`` int: square) at a uniformly random position of an HW
+    or HWC image; every position is equally likely. Returns a new contiguous array. A crop larger
+    than the image raises ``ValueError``.
+
+    Draws two integers from :func:`~dataflow.rng.datapoint_rng` per call.
+    Native: one numpy copy.
+    """
+
+    native = True
+
+    def _offsets(self, h, w, ch, cw):
+        g = _rng.datapoint_rng()
+        return int(g.integers(0, h - ch + 1)), int(g.integers(0, w - cw + 1))
+
+
+class CenterCrop(_Crop):
+    """Crop the central ``(h, w)`` window (``size`` int: square) of an HW or HWC image; when the
+    margin is odd, the extra pixel is left at the bottom/right (offset ``(H - h) // 2``). Returns
+    a new contiguous array. A crop larger than the image raises ``ValueError``.
+
+    Native: one numpy copy.
+    """
+
+    native = True
+
+    def _offsets(self, h, w, ch, cw):
+        return (h - ch) // 2, (w - cw) // 2
+
+
+class RandomHorizontalFlip(Op):
+    """With probability ``prob``, flip an HW or HWC image left-right (``x[:, ::-1]``, as a new
+    contiguous array); otherwise return the image unchanged.
+
+    Draws one float from :func:`~dataflow.rng.datapoint_rng` per call, whatever ``prob``.
+    Native: one numpy copy.
+    """
+
+    native = True
+    _fields = ("prob",)
+
+    def __init__(self, prob=0.5, index=None):
+        super().__init__(index)
+        if isinstance(prob, bool) or not isinstance(prob, (int, float, np.floating)) or \
+                not 0 <= prob <= 1:
+            raise ValueError(f"RandomHorizontalFlip: prob must be a number in [0, 1], "
+                             f"got {prob!r}")
+        self.prob = float(prob)
+
+    def apply(self, x):
+        _check_image(self, x)
+        if _rng.datapoint_rng().random() < self.prob:
+            return x[:, ::-1].copy()
+        return x
+
+
+class Normalize(Op):
+    """``(x - mean) / std`` per channel, as float32.
+
+    The input is an HWC image (channels on the last axis) or an HW image (one channel), of an
+    integer or floating dtype. ``mean`` and ``std`` are scalars or sequences with one value per
+    channel; a single value applies to every channel. The result is a new float32 array of the
+    input's shape. A length that matches neither 1 nor the number of channels raises
+    ``ValueError``; so does a ``std`` with a zero.
+
+    Native: vectorised numpy.
+    """
+
+    native = True
+    _fields = ("mean", "std")
+
+    def __init__(self, mean, std, index=None):
+        super().__init__(index)
+        self._mean = self._vector("mean", mean)
+        self._std = self._vector("std", std)
+        if np.any(self._std == 0):
+            raise ValueError(f"Normalize: std must not contain 0, got {std!r}")
+        if self._mean.size != self._std.size and 1 not in (self._mean.size, self._std.size):
+            raise ValueError(f"Normalize: mean has {self._mean.size} values and std "
+                             f"{self._std.size}; they must match (or one be a single value)")
+        self.mean = self._mean.tolist() if self._mean.size > 1 else float(self._mean[0])
+        self.std = self._std.tolist() if self._std.size > 1 else float(self._std[0])
+
+    @staticmethod
+    def _vector(name, v):
+        try:
+            a = np.asarray(v, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise TypeError(f"Normalize: {name} must be a number or a sequence of numbers, "
+                            f"got {v!r}") from None
+        if a.ndim > 1 or a.size == 0:
+            raise ValueError(f"Normalize: {name} must be a number or a flat non-empty "
+                             f"sequence, got {v!r}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"Normalize: {name} must be finite, got {v!r}")
+        return a.reshape(-1)
+
+    def apply(self, x):
+        _check_image(self, x, kinds="iuf")
+        c = x.shape[2] if x.ndim == 3 else 1
+        for name, v in (("mean", self._mean), ("std", self._std)):
+            if v.size not in (1, c):
+                raise self._err(ValueError, f"{name} has {v.size} values but the image has {c} "
+                                            f"channel{'s' if c != 1 else ''} (shape {x.shape})")
+        out = x.astype(np.float32)       # always a copy
+        out -= self._mean if x.ndim == 3 else self._mean[0]
+        out /= self._std if x.ndim == 3 else self._std[0]
+        return out
+
+
+class HWC2CHW(Op):
+    """Transpose an HWC image to CHW (``x.transpose(2, 0, 1)``) as a new contiguous array.
+    Anything but 3 dimensions raises ``ValueError``.
+
+    Native: one numpy copy.
+    """
+
+    native = True
+
+    def apply(self, x):
+        if not isinstance(x, np.ndarray):
+            raise self._err(TypeError, f"expected a numpy array (an HWC image), "
+                                       f"got {type(x).__name__}")
+        if x.ndim != 3:
+            raise self._err(ValueError, f"expected an HWC image (3 dimensions), "
+                                        f"got shape {x.shape}")
+        return np.ascontiguousarray(x.transpose(2, 0, 1))

@@ -1,0 +1,454 @@
+import io
+import pickle
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import dataflow
+from dataflow import DataFromList, MapData, set_seed
+from dataflow import rng as drng
+from dataflow.ops import (CenterCrop, Compose, Decode, HWC2CHW, Lambda, Normalize, OneHot,
+                          RandomCrop, RandomHorizontalFlip, Resize, TypeCast, fuse, is_native,
+                          native)
+
+
+@pytest.fixture(autouse=True)
+def _clean_rng():
+    set_seed(None)
+    drng.set_datapoint_key(None)
+    yield
+    set_seed(None)
+    drng.set_datapoint_key(None)
+
+
+def image(h=6, w=8, c=3, dtype=np.uint8):
+    """An image whose pixels are all distinct (for c * h * w <= 256 with uint8)."""
+    return (np.arange(h * w * c) % 256).astype(dtype).reshape(h, w, c)
+
+
+def py_fn(x):
+    return x
+
+
+# -- index=None vs index=k ------------------------------------------------------------------------
+
+def test_index_none_transforms_the_value():
+    x = image()
+    np.testing.assert_array_equal(HWC2CHW()(x), x.transpose(2, 0, 1))
+
+
+def test_index_on_list_tuple_dict_returns_a_copy():
+    x = image()
+    dp = [x, 7]
+    out = HWC2CHW(index=0)(dp)
+    assert isinstance(out, list) and out is not dp
+    assert dp[0] is x                                    # caller's list untouched
+    np.testing.assert_array_equal(out[0], x.transpose(2, 0, 1))
+    assert out[1] == 7
+
+    out = OneHot(10, index=-1)((x, 3))
+    assert isinstance(out, list) and out[0] is x
+    np.testing.assert_array_equal(out[1], np.eye(10, dtype=np.float32)[3])
+
+    d = {"img": x, "label": 2}
+    out = OneHot(4, index="label")(d)
+    assert out is not d and d["label"] == 2 and out["img"] is x
+    np.testing.assert_array_equal(out["label"], [0, 0, 1, 0])
+
+
+def test_index_errors_are_clear():
+    with pytest.raises(IndexError, match=r"HWC2CHW\(index=2\).*2 components"):
+        HWC2CHW(index=2)([image(), 1])
+    with pytest.raises(KeyError, match="no key 'img'"):
+        HWC2CHW(index="img")({"image": image()})
+    with pytest.raises(TypeError, match="needs an int index"):
+        HWC2CHW(index="img")([image()])
+    with pytest.raises(TypeError, match="expects a datapoint"):
+        HWC2CHW(index=0)(image())
+    with pytest.raises(TypeError, match="index must be"):
+        HWC2CHW(index=True)
+
+
+def test_none_from_component_drops_the_datapoint():
+    assert Lambda(lambda v: None, index=0)([1, 2]) is None
+    assert Lambda(lambda v: v + 1, index=0)([1, 2]) == [2, 2]
+
+
+# -- image ops against references -----------------------------------------------------------------
+
+def test_center_crop_is_slicing():
+    x = image(7, 10)
+    np.testing.assert_array_equal(CenterCrop((4, 5))(x), x[1:5, 2:7])
+    np.testing.assert_array_equal(CenterCrop(3)(x[..., 0]), x[2:5, 3:6, 0])
+    out = CenterCrop((7, 10))(x)
+    np.testing.assert_array_equal(out, x)
+    assert out is not x and out.flags.c_contiguous
+
+
+def _offset(img, crop):
+    """Where ``crop`` (of an image with distinct pixel values) sits in ``img``."""
+    (top,), (left,) = np.nonzero(img[..., 0] == crop[0, 0, 0])
+    return int(top), int(left)
+
+
+def test_random_crop_is_slicing_at_every_position():
+    set_seed(3)
+    x = image(6, 8)
+    op = RandomCrop((4, 7))
+    seen = set()
+    for i in range(60):
+        drng.set_datapoint_key((0, i))
+        out = op(x)
+        top, left = _offset(x, out)
+        np.testing.assert_array_equal(out, x[top:top + 4, left:left + 7])
+        assert out.flags.c_contiguous
+        seen.add((top, left))
+    assert seen == {(t, l) for t in range(3) for l in range(2)}
+
+
+def test_flip():
+    x = image()
+    np.testing.assert_array_equal(RandomHorizontalFlip(1.0)(x), x[:, ::-1])
+    assert RandomHorizontalFlip(0.0)(x) is x
+    np.testing.assert_array_equal(RandomHorizontalFlip(1)(x[..., 0]), x[:, ::-1, 0])
+    set_seed(0)
+    flipped = 0
+    for i in range(100):
+        drng.set_datapoint_key((0, i))
+        out = RandomHorizontalFlip(0.5)(x)
+        if out is x:
+            continue
+        np.testing.assert_array_equal(out, x[:, ::-1])
+        flipped += 1
+    assert 25 < flipped < 75
+    with pytest.raises(ValueError, match="prob"):
+        RandomHorizontalFlip(1.5)
+
+
+def test_normalize_matches_formula():
+    x = image(5, 4, 3)
+    mean, std = [10.0, 20.0, 30.0], [2.0, 4.0, 0.5]
+    out = Normalize(mean, std)(x)
+    assert out.dtype == np.float32 and out.shape == x.shape
+    np.testing.assert_allclose(out, (x - np.array(mean)) / np.array(std), rtol=1e-6)
+    assert x.dtype == np.uint8                            # input untouched
+    np.testing.assert_allclose(Normalize(3, 2)(x), (x.astype(float) - 3) / 2, rtol=1e-6)
+    g = x[..., 0].astype(np.float64)
+    np.testing.assert_allclose(Normalize([3], [2])(g), (g - 3) / 2, rtol=1e-6)
+
+
+def test_normalize_errors():
+    with pytest.raises(ValueError, match=r"Normalize: mean has 3 values but the image has 1 "
+                                         r"channel \(shape \(5, 4, 1\)\)"):
+        Normalize([1, 2, 3], [1, 1, 1])(image(5, 4, 1))
+    with pytest.raises(ValueError, match="std must not contain 0"):
+        Normalize(0, [1, 0])
+    with pytest.raises(TypeError, match=r"Normalize: unsupported dtype bool"):
+        Normalize(0, 1)(np.zeros((2, 2), bool))
+    with pytest.raises(TypeError, match="Normalize: expected a numpy array.*list"):
+        Normalize(0, 1)([[1, 2]])
+    with pytest.raises(ValueError, match=r"Normalize: expected an HW or HWC image.*\(2,\)"):
+        Normalize(0, 1)(np.zeros(2))
+
+
+def test_hwc2chw():
+    x = image(3, 5, 2)
+    out = HWC2CHW()(x)
+    np.testing.assert_array_equal(out, x.transpose(2, 0, 1))
+    assert out.flags.c_contiguous
+    with pytest.raises(ValueError, match=r"HWC2CHW: expected an HWC image.*\(3, 5\)"):
+        HWC2CHW()(x[..., 0])
+
+
+def _bilinear_reference(x, oh, ow):
+    """Per-pixel bilinear resize, pixel centres aligned (OpenCV INTER_LINEAR)."""
+    h, w = x.shape[:2]
+    out = np.zeros((oh, ow) + x.shape[2:], np.float64)
+    for i in range(oh):
+        sy = min(max((i + 0.5) * h / oh - 0.5, 0), h - 1)
+        y0 = int(np.floor(sy))
+        y1, fy = min(y0 + 1, h - 1), sy - int(np.floor(sy))
+        for j in range(ow):
+            sx = min(max((j + 0.5) * w / ow - 0.5, 0), w - 1)
+            x0 = int(np.floor(sx))
+            x1, fx = min(x0 + 1, w - 1), sx - x0
+            out[i, j] = ((1 - fy) * ((1 - fx) * x[y0, x0] + fx * x[y0, x1])
+                         + fy * ((1 - fx) * x[y1, x0] + fx * x[y1, x1]))
+    return out
+
+
+@pytest.mark.parametrize("oh,ow", [(3, 4), (9, 13), (5, 7), (1, 1)])
+def test_resize_matches_reference(oh, ow):
+    rs = np.random.RandomState(0)
+    x = rs.rand(5, 7, 2).astype(np.float32)
+    np.testing.assert_allclose(Resize((oh, ow))(x), _bilinear_reference(x, oh, ow), atol=1e-5)
+    u = (rs.rand(5, 7, 3) * 255).astype(np.uint8)
+    ref = np.clip(np.rint(_bilinear_reference(u.astype(np.float64), oh, ow)), 0, 255)
+    out = Resize((oh, ow))(u)
+    assert out.dtype == np.uint8
+    assert np.abs(out.astype(int) - ref).max() <= 1        # float32 vs float64 rounding
+
+
+def test_resize_known_values_and_sizes():
+    x = np.array([[0.0, 10.0]], np.float32)
+    np.testing.assert_allclose(Resize((1, 4))(x), [[0, 2.5, 7.5, 10]])
+    assert Resize(10)(np.zeros((20, 40, 3), np.uint8)).shape == (10, 20, 3)
+    assert Resize(10)(np.zeros((45, 20), np.int16)).shape == (22, 10)
+    assert Resize((4, 6))(np.zeros((8, 8, 5), np.float64)).shape == (4, 6, 5)
+    c = np.full((7, 9, 3), 200, np.uint8)
+    np.testing.assert_array_equal(Resize((20, 3))(c), np.full((20, 3, 3), 200, np.uint8))
+    x = image()
+    assert Resize((6, 8))(x) is x
+
+
+def test_resize_errors():
+    with pytest.raises(TypeError, match="Resize: unsupported dtype bool"):
+        Resize(4)(np.zeros((4, 4), bool))
+    with pytest.raises(ValueError, match=r"Resize: expected an HW or HWC image.*\(1, 4, 4, 3\)"):
+        Resize(4)(np.zeros((1, 4, 4, 3)))
+    with pytest.raises(ValueError, match=r"Resize: empty image of shape \(0, 4\)"):
+        Resize(4)(np.zeros((0, 4)))
+    with pytest.raises(ValueError, match="positive"):
+        Resize((0, 3))
+    with pytest.raises(TypeError, match="size must be an int or a pair"):
+        Resize("big")
+
+
+def test_crop_errors_name_the_shapes():
+    with pytest.raises(ValueError, match=r"RandomCrop: crop size \(5, 5\) is larger than the "
+                                         r"image \(shape \(4, 8, 3\)\)"):
+        RandomCrop(5)(image(4, 8))
+    with pytest.raises(ValueError, match=r"CenterCrop: crop size \(2, 9\)"):
+        CenterCrop((2, 9))(image(4, 8))
+    with pytest.raises(TypeError, match="CenterCrop: expected a numpy array"):
+        CenterCrop(2)([[1, 2], [3, 4]])
+
+
+# -- array ops ------------------------------------------------------------------------------------
+
+def test_typecast():
+    x = np.array([[1.7, -1.2], [300.0, 2.0]])
+    out = TypeCast(np.float32)(x)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, x.astype(np.float32))
+    assert TypeCast("float64")(x) is x
+    s = TypeCast("int64")(5)
+    assert type(s) is np.int64 and s == 5
+    np.testing.assert_array_equal(TypeCast(np.uint8)([1, 2]), np.array([1, 2], np.uint8))
+    with pytest.raises(TypeError, match="TypeCast: not a numpy dtype"):
+        TypeCast("no-such-dtype")
+    with pytest.raises(ValueError, match="TypeCast: cannot cast"):
+        TypeCast(np.float32)(np.array(["abc"]))
+
+
+def test_onehot_matches_eye():
+    eye = np.eye(5, dtype=np.float32)
+    out = OneHot(5)(3)
+    assert out.dtype == np.float32 and out.shape == (5,)
+    np.testing.assert_array_equal(out, eye[3])
+    np.testing.assert_array_equal(OneHot(5)(np.int64(0)), eye[0])
+    labels = np.array([[0, 4], [2, 2]], np.uint8)
+    np.testing.assert_array_equal(OneHot(5)(labels), eye[labels])
+    assert OneHot(5)(np.zeros(0, int)).shape == (0, 5)
+
+
+def test_onehot_errors():
+    with pytest.raises(ValueError, match=r"OneHot: label 5 is out of range for num_classes=5"):
+        OneHot(5)(5)
+    with pytest.raises(ValueError, match=r"label -1 is out of range"):
+        OneHot(5)(np.array([1, -1]))
+    with pytest.raises(TypeError, match="OneHot: labels must be integers, got dtype float64"):
+        OneHot(5)(2.0)
+    with pytest.raises(TypeError, match="dtype bool"):
+        OneHot(5)(True)
+    with pytest.raises(ValueError, match="num_classes"):
+        OneHot(0)
+
+
+# -- Decode ---------------------------------------------------------------------------------------
+
+def _encode(arr, fmt, **kw):
+    Image = pytest.importorskip("PIL.Image")
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def test_decode_png_exact():
+    rgb = image(5, 7, 3)
+    png = _encode(rgb, "PNG")
+    out = Decode()(png)
+    assert out.dtype == np.uint8 and out.flags.writeable
+    np.testing.assert_array_equal(out, rgb)
+    np.testing.assert_array_equal(Decode()(np.frombuffer(png, np.uint8)), rgb)
+    np.testing.assert_array_equal(Decode()(bytearray(png)), rgb)
+    np.testing.assert_array_equal(Decode(index=0)([memoryview(png), 1])[0], rgb)
+
+    rgba = image(4, 4, 4)
+    np.testing.assert_array_equal(Decode()(_encode(rgba, "PNG")), rgba[..., :3])
+    np.testing.assert_array_equal(Decode("RGBA")(_encode(rgba, "PNG")), rgba)
+
+
+def test_decode_grayscale():
+    gray = image(5, 6, 1)[..., 0]
+    png = _encode(gray, "PNG")
+    out = Decode()(png)
+    assert out.shape == (5, 6, 3)
+    for c in range(3):
+        np.testing.assert_array_equal(out[..., c], gray)
+    np.testing.assert_array_equal(Decode("L")(png), gray[..., None])
+
+
+def test_decode_jpeg():
+    Image = pytest.importorskip("PIL.Image")
+    yy, xx = np.mgrid[0:32, 0:48]
+    smooth = np.stack([yy * 4, xx * 4, (yy + xx) * 2], -1).astype(np.uint8)
+    jpg = _encode(smooth, "JPEG", quality=95)
+    out = Decode()(jpg)
+    assert out.shape == (32, 48, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, np.array(Image.open(io.BytesIO(jpg)).convert("RGB")))
+    assert np.abs(out.astype(int) - smooth).mean() < 3
+
+
+def test_decode_errors():
+    pytest.importorskip("PIL")
+    with pytest.raises(ValueError, match=r"Decode: cannot decode 9 bytes \(starting "
+                                         r"b'notanima'\) as an image"):
+        Decode()(b"notanimag")
+    with pytest.raises(ValueError, match="0 bytes"):
+        Decode()(b"")
+    with pytest.raises(TypeError, match="Decode: expected encoded image bytes, got str"):
+        Decode()("file.png")
+    with pytest.raises(TypeError, match=r"1-D uint8 array.*float64"):
+        Decode()(np.zeros(4))
+    with pytest.raises(ValueError, match="mode"):
+        Decode("CMYK")
+
+
+def test_decode_without_pillow(monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(ImportError, match=r'pip install "dataflow-rt\[images\]"'):
+        Decode()(b"\x89PNG....")
+
+
+# -- randomness -----------------------------------------------------------------------------------
+
+RANDOM = Compose([RandomCrop((4, 5)), RandomHorizontalFlip(0.5)])
+
+
+def _run(keys, op, x):
+    out = {}
+    for k in keys:
+        drng.set_datapoint_key(k)
+        out[k] = op(x)
+    drng.set_datapoint_key(None)
+    return out
+
+
+def test_random_ops_reproducible_per_datapoint():
+    x = image(8, 9)
+    keys = [(0, i) for i in range(40)]
+    set_seed(11)
+    a = _run(keys, RANDOM, x)
+    set_seed(11)
+    b = _run(reversed(keys), RANDOM, x)                 # order does not matter
+    for k in keys:
+        np.testing.assert_array_equal(a[k], b[k])
+    distinct = {a[k].tobytes() for k in keys}
+    assert len(distinct) > 10                           # different keys, different draws
+    set_seed(12)
+    c = _run(keys, RANDOM, x)
+    assert any(not np.array_equal(a[k], c[k]) for k in keys)
+
+
+def test_random_ops_same_in_threads_and_ignore_global_numpy_state():
+    x = image(8, 9)
+    keys = [(1, i) for i in range(64)]
+    set_seed(5)
+    serial = _run(keys, RANDOM, x)
+
+    def work(chunk):
+        return _run(chunk, RANDOM, x)
+
+    np.random.seed(999)
+    state = np.random.get_state()[1].copy()
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(work, [keys[i::4] for i in range(4)]))
+    assert np.array_equal(np.random.get_state()[1], state)   # global state not drawn from
+    threaded = {k: v for p in parts for k, v in p.items()}
+    for k in keys:
+        np.testing.assert_array_equal(serial[k], threaded[k])
+
+
+# -- Compose and fuse -----------------------------------------------------------------------------
+
+def test_compose_applies_in_order_and_drops_on_none():
+    calls = []
+    c = Compose([Lambda(lambda v: calls.append("a") or v + 1, index=0),
+                 Lambda(lambda v: calls.append("b") or v * 10, index=0)])
+    assert c([1, "x"]) == [20, "x"] and calls == ["a", "b"]
+    calls.clear()
+    d = Compose([lambda dp: None, Lambda(lambda v: calls.append("c"), index=0)])
+    assert d([1]) is None and calls == []
+    assert Compose([])([3]) == [3]
+    with pytest.raises(TypeError, match="Compose: op #1 is not callable"):
+        Compose([py_fn, 5])
+
+
+def test_compose_native_and_flattening():
+    nat = Compose([Resize(4), Normalize(0, 1)])
+    assert is_native(nat) and not is_native(Compose([Resize(4), py_fn]))
+    nested = Compose([nat, Compose([HWC2CHW()])])
+    assert len(nested) == 3 and is_native(nested)
+
+
+def test_builtin_ops_are_native_and_lambda_follows_its_function():
+    for op in (Decode(), Resize(4), RandomCrop(2), CenterCrop(2), RandomHorizontalFlip(),
+               Normalize(0, 1), HWC2CHW(), TypeCast("f4"), OneHot(3)):
+        assert op.native is True and is_native(op)
+    assert not is_native(Lambda(py_fn)) and is_native(Lambda(native(lambda v: v)))
+
+
+def test_fuse_merges_runs_of_native_ops():
+    a, b, c, d = Resize(4, index=0), Normalize(0, 1, index=0), HWC2CHW(index=0), OneHot(3, 1)
+    fused = fuse([a, b, py_fn, c, Compose([d, py_fn]), a])
+    assert len(fused) == 5
+    assert isinstance(fused[0], Compose) and fused[0].ops == [a, b] and is_native(fused[0])
+    assert fused[1] is py_fn
+    assert isinstance(fused[2], Compose) and fused[2].ops == [c, d]
+    assert fused[3] is py_fn and fused[4] is a            # a run of one stays as it is
+    assert fuse([py_fn, py_fn]) == [py_fn, py_fn]
+    assert fuse(a) == [a] and fuse([]) == []
+
+
+def test_fused_list_gives_the_same_result():
+    ops = [Resize((4, 4), index=0), Normalize([1, 2, 3], 2, index=0), Lambda(py_fn, index=0),
+           HWC2CHW(index=0), OneHot(3, index=1)]
+    dp = [image(), 2]
+    want = Compose(ops)(dp)
+    got = dp
+    for op in fuse(ops):
+        got = op(got)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[0].shape == (3, 4, 4)
+
+
+def test_ops_pickle_and_run_in_mapdata():
+    png = _encode(image(6, 8), "PNG")
+    chain = Compose([Decode(index=0), CenterCrop(4, index=0), Normalize(0, 255, index=0),
+                     HWC2CHW(index=0), OneHot(3, index=1)])
+    for mod in (pickle, cloudpickle):
+        chain2 = mod.loads(mod.dumps(chain))
+        assert repr(chain2) == repr(chain)
+    ds = MapData(DataFromList([[png, 1], [png, 2]], shuffle=False), chain2)
+    ds.reset_state()
+    out = list(ds)
+    expect = image(6, 8)[1:5, 2:6].transpose(2, 0, 1) / 255.0
+    np.testing.assert_allclose(out[0][0], expect, rtol=1e-6)
+    np.testing.assert_array_equal(out[1][1], [0, 0, 1])
+    assert repr(CenterCrop(4, index=0)) == "CenterCrop(size=(4, 4), index=0)"
+    assert dataflow.ops.Decode is Decode

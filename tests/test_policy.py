@@ -1,0 +1,219 @@
+import functools
+import pickle
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import dataflow
+from dataflow import config
+from dataflow.ops import Compose, HWC2CHW, Lambda, Normalize, OneHot, Resize, is_native, native
+from dataflow.parallel import policy
+from dataflow.parallel.policy import choose_executor, describe_choice
+
+
+@pytest.fixture(autouse=True)
+def _clean_config(monkeypatch):
+    config.set_debug_mode(False)
+    monkeypatch.setattr(policy, "gil_disabled", lambda: False)
+    yield
+    config.set_debug_mode(False)
+    config.set_hang_timeout(config.DEFAULT_HANG_TIMEOUT)
+
+
+def py_fn(dp):
+    return dp
+
+
+@native
+def native_fn(dp):
+    """doc of native_fn"""
+    return dp
+
+
+NATIVE = [Resize(4, index=0), Normalize(0, 1, index=0)]
+MIXED = [Resize(4, index=0), py_fn, HWC2CHW(index=0)]
+
+
+# -- the table, row by row ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [None, 0])
+@pytest.mark.parametrize("ops", [NATIVE, MIXED, py_fn])
+@pytest.mark.parametrize("mp", [False, True])
+def test_no_workers_is_serial(workers, ops, mp):
+    assert choose_executor(ops, workers, mp) == "serial"
+    assert choose_executor(ops, workers, mp, free_threaded=True) == "serial"
+
+
+@pytest.mark.parametrize("mp", [False, True])
+def test_debug_mode_is_serial(mp):
+    assert choose_executor(MIXED, 4, mp, debug=True) == "serial"
+    assert choose_executor(NATIVE, 4, mp, debug=True, free_threaded=True) == "serial"
+
+
+def test_debug_none_reads_config():
+    assert choose_executor(MIXED, 4, True) == "process"
+    config.set_debug_mode(True)
+    assert config.debug_mode() is True
+    assert choose_executor(MIXED, 4, True) == "serial"
+    assert choose_executor(MIXED, 4, True, debug=False) == "process"   # explicit wins
+    config.set_debug_mode(False)
+    assert choose_executor(MIXED, 4, True) == "process"
+
+
+def test_free_threaded_runs_python_ops_in_threads():
+    assert choose_executor(MIXED, 4, True, free_threaded=True) == "thread"
+    assert choose_executor(MIXED, 4, True, free_threaded=False) == "process"
+
+
+def test_free_threaded_none_uses_probe(monkeypatch):
+    monkeypatch.setattr(policy, "gil_disabled", lambda: True)
+    assert choose_executor(MIXED, 4, True) == "thread"
+    assert "GIL disabled" in describe_choice(MIXED, 4, True)
+    monkeypatch.setattr(policy, "gil_disabled", lambda: False)
+    assert choose_executor(MIXED, 4, True) == "process"
+
+
+def test_gil_disabled_probe(monkeypatch):
+    monkeypatch.undo()     # the real probe, not the fixture's stub
+    monkeypatch.delattr("sys._is_gil_enabled", raising=False)
+    assert policy.gil_disabled() is False
+    monkeypatch.setattr("sys._is_gil_enabled", lambda: False, raising=False)
+    assert policy.gil_disabled() is True
+    monkeypatch.setattr("sys._is_gil_enabled", lambda: True, raising=False)
+    assert policy.gil_disabled() is False
+
+
+@pytest.mark.parametrize("mp", [False, True])
+def test_all_native_is_thread_whatever_multiprocessing(mp):
+    assert choose_executor(NATIVE, 4, mp) == "thread"
+    assert choose_executor(native_fn, 1, mp) == "thread"
+    assert choose_executor([], 2, mp) == "thread"
+
+
+def test_python_op_follows_multiprocessing():
+    assert choose_executor(MIXED, 4, False) == "thread"
+    assert choose_executor(MIXED, 4, True) == "process"
+    assert choose_executor(py_fn, 4, True) == "process"
+    assert choose_executor(lambda dp: dp, 4, True) == "process"
+
+
+def test_compose_counts_by_members():
+    assert choose_executor(Compose(NATIVE), 4, True) == "thread"
+    assert choose_executor(Compose(MIXED), 4, True) == "process"
+    assert choose_executor([Compose(NATIVE), native_fn], 4, True) == "thread"
+    assert choose_executor([Compose(NATIVE), Compose([py_fn])], 4, True) == "process"
+    assert choose_executor(Compose([Compose(NATIVE), Compose([py_fn])]), 4, True) == "process"
+
+
+def test_describe_choice_names_the_reason():
+    assert describe_choice(MIXED, 4, True) == \
+        "process: Python op 'py_fn' with python_multiprocessing=True"
+    assert describe_choice(MIXED, 4, False) == \
+        "thread: Python op 'py_fn' with python_multiprocessing=False"
+    assert describe_choice(NATIVE, 4, True) == "thread: all 2 ops are native"
+    assert describe_choice(MIXED, None, True) == "serial: num_parallel_workers=None"
+    assert describe_choice(MIXED, 3, True, debug=True) == "serial: debug mode is on"
+    assert describe_choice([Lambda(py_fn, index=1)], 2, True).startswith("process: Python op "
+                                                                       "'py_fn'")
+    assert describe_choice([OneHot(3), native(np.sqrt)], 2, True) == \
+        "thread: all 2 ops are native"
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="op #1 is not callable"):
+        choose_executor([py_fn, 3], 2, False)
+    with pytest.raises(TypeError, match="callable or a list"):
+        choose_executor(3, 2, False)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="num_parallel_workers"):
+            choose_executor(NATIVE, bad, False)
+
+
+# -- the native marker ----------------------------------------------------------------------------
+
+def test_native_marks_function_in_place():
+    assert is_native(native_fn) and not is_native(py_fn)
+
+    def f(x):
+        return x
+    assert native(f) is f and is_native(f)     # the function itself is marked
+    assert native_fn.__name__ == "native_fn" and native_fn.__doc__ == "doc of native_fn"
+    assert native_fn([1]) == [1]
+    assert policy.is_native is is_native and dataflow.native is native
+
+
+def test_native_pickles_by_reference_and_by_value():
+    assert pickle.loads(pickle.dumps(native_fn)) is native_fn
+    f = native(lambda x, y=2: x * y)
+    g = cloudpickle.loads(cloudpickle.dumps(f))
+    assert is_native(g) and g(3) == 6 and g(3, y=5) == 15
+
+
+def test_native_wraps_what_cannot_be_marked():
+    w = native(np.sqrt)                        # a ufunc: shared, so not marked in place
+    assert is_native(w) and not is_native(np.sqrt)
+    assert w.__wrapped__ is np.sqrt and w.__name__ == "sqrt"
+    assert w(np.float64(9.0)) == 3.0
+    w2 = pickle.loads(pickle.dumps(w))
+    assert is_native(w2) and w2(np.float64(16.0)) == 4.0
+
+    class Model:
+        def predict(self, x):
+            return x + 1
+    m = native(Model().predict)                # bound methods cannot be marked
+    assert is_native(m) and m(1) == 2 and m.__name__ == "predict"
+    import inspect
+    assert list(inspect.signature(m).parameters) == ["x"]
+
+
+def test_native_marks_methods_and_classes_and_partials():
+    class Op:
+        @native
+        def __call__(self, x):
+            return x
+
+    @native
+    class Callable:
+        def __call__(self, x):
+            return x
+
+    assert is_native(Op().__call__) and is_native(Callable())
+    p = functools.partial(py_fn)
+    assert native(p) is p and is_native(p) and not is_native(py_fn)
+
+    class Plain:
+        def __call__(self, x):
+            return x * 2
+    obj = Plain()
+    w = native(obj)                            # an object is wrapped, not modified
+    assert w is not obj and is_native(w) and not is_native(obj) and w(4) == 8
+    assert is_native(cloudpickle.loads(cloudpickle.dumps(w)))
+    assert is_native(functools.partial(native_fn)) and not is_native(functools.partial(py_fn))
+    with pytest.raises(TypeError, match="needs a callable"):
+        native(3)
+
+
+def test_native_on_a_builtin_op_overrides_its_classification():
+    class Slow(dataflow.ops.Op):
+        def apply(self, x):
+            return x
+    assert not is_native(Slow())
+    assert is_native(native(Slow()))
+    assert native(Slow(index=0))([5, 6]) == [5, 6]
+
+
+# -- config ---------------------------------------------------------------------------------------
+
+def test_config_storage():
+    assert config.hang_timeout() == 300.0
+    config.set_hang_timeout(12)
+    assert config.hang_timeout() == 12.0 and isinstance(config.hang_timeout(), float)
+    config.set_hang_timeout(float("inf"))
+    assert config.hang_timeout() == float("inf")
+    for bad in (0, -1, float("nan"), "5", None, True):
+        with pytest.raises(ValueError, match="set_hang_timeout"):
+            config.set_hang_timeout(bad)
+    with pytest.raises(TypeError):
+        config.set_debug_mode(1)
+    assert dataflow.config is config
