@@ -1,0 +1,348 @@
+"""``python -m benchmarks``: the reference workloads side by side through dataflow and its peers.
+
+The harness process only schedules and reports; each measurement runs in a fresh child forked from
+a per-family fork server (zygote.py), under a time limit, so that a peer that hangs or crashes is
+reported as such and the harness goes on.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+from . import report
+from .server import Server, ServerDied
+from .systems import FAMILIES, SYSTEMS
+
+# Workload labels, without importing numpy here (workloads.py does).
+WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
+                   4: "pure Python ~1 ms", 5: "BLAS ~1 ms"}
+# Datapoints measured after the first one: (full, quick). Chosen so that the slowest system takes
+# ~1-3 s per run in a full run, ~0.1-0.3 s in --quick (on 2 cores). (The harness passes the count to each run.)
+COUNTS = {1: (30000, 3000), 2: (4000, 600), 3: (600, 80), 4: (2000, 250), 5: (2000, 250)}
+
+# Limits per run: (full, quick) seconds.
+RUN_TIMEOUT = (40.0, 10.0)        # from the command to the result; past it the run is "hung"
+TEARDOWN_CAP = (15.0, 1.5)        # teardown longer than this is killed and shown as "≥cap"
+EXIT_GRACE = (10.0, 3.0)          # from the result to the child's exit
+READY_TIMEOUT = 180.0             # importing a family in its fork server
+
+
+def _parse_ids(text, valid, what):
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part not in valid:
+            raise SystemExit("unknown %s %r; choose from: %s" % (what, part, ", ".join(valid)))
+        if part not in out:
+            out.append(part)
+    return out
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Run the reference workloads (shared/benchmark-workloads.md) through dataflow "
+                    "and its peers, alternating systems run by run; print a Markdown table.")
+    p.add_argument("--quick", action="store_true",
+                   help="short runs (~0.1-0.3 s each), whole thing under a minute")
+    p.add_argument("--workloads", default="1,2,3,4,5", help="comma-separated ids (default: all)")
+    p.add_argument("--systems", default="all",
+                   help="comma-separated systems or families (dataflow, tensorpack, torch) or "
+                        "'all'; systems: " + ", ".join(SYSTEMS))
+    p.add_argument("--repeats", type=int, default=3, help="runs per system and workload (>= 3 "
+                   "for reportable figures; default 3)")
+    p.add_argument("--json", default="bench-results.json", metavar="PATH",
+                   help="raw results (default: %(default)s; '' to skip)")
+    p.add_argument("--png", default="bench-results.png", metavar="PATH",
+                   help="bar chart of the ratios, needs matplotlib (default: %(default)s; '' to "
+                        "skip)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds before a run counts as hung (default: %.0f, quick %.0f)"
+                        % RUN_TIMEOUT)
+    p.add_argument("--dataflow-module", default="dataflow", metavar="MODULE",
+                   help="module benchmarked as 'dataflow' (default: %(default)s); e.g. "
+                        "tensorpack.dataflow to check the harness itself")
+    args = p.parse_args(argv)
+    args.workloads = [int(w) for w in _parse_ids(args.workloads,
+                                                 [str(w) for w in WORKLOAD_LABELS], "workload")]
+    names = []
+    for part in _parse_ids(args.systems, ["all"] + list(FAMILIES) + list(SYSTEMS), "system"):
+        if part == "all":
+            names.extend(SYSTEMS)
+        elif part in FAMILIES:
+            names.extend(s for s, spec in SYSTEMS.items() if spec[0] == part)
+        else:
+            names.append(part)
+    args.systems = [s for s in SYSTEMS if s in names]      # canonical order
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    return args
+
+
+# -------------------------------------------------------------------------------- progress
+class Progress:
+    def __init__(self, total):
+        self.total = total
+        self.done = 0
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+            print("(tqdm not importable: plain progress lines)", file=sys.stderr)
+        else:
+            self.bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def step(self, text):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update(1)
+        else:
+            print("[%*d/%d] %s" % (len(str(self.total)), self.done, self.total, text),
+                  file=sys.stderr, flush=True)
+
+    def write(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+# -------------------------------------------------------------------------------- setup notes
+def environment_notes(previous_pins):
+    notes = []
+    changed = {k: v for k, v in (previous_pins or {}).items() if v not in (None, "1")}
+    notes.append("BLAS pinned to one thread: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=1"
+                 + (" (overriding %s)" % ", ".join("%s=%s" % kv for kv in changed.items())
+                    if changed else ""))
+    odd = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+    if odd:
+        notes.append("NOTE: %s set in the environment: OpenBLAS then uses an older kernel, which "
+                     "slows numpy's BLAS (workload 5). Left as is; unset both in the "
+                     "benchmark's own command to measure the machine's native kernel."
+                     % ", ".join("%s=%s" % kv for kv in odd.items()))
+    return notes
+
+
+def blas_notes(servers):
+    notes = []
+    for server in servers.values():
+        if server.ready is None:
+            continue
+        blas = server.ready.get("blas")
+        if blas is None:
+            notes.append("threadpoolctl not importable: cannot confirm the BLAS thread count "
+                         "(pip install threadpoolctl)")
+        else:
+            libs = ["%s %s (%s, %s threads)" % (b.get("internal_api"), b.get("version"),
+                                                b.get("architecture"), b.get("num_threads"))
+                    for b in blas if "error" not in b]
+            notes.append("BLAS/OpenMP seen by threadpoolctl in the %s fork server: %s"
+                         % (server.family, "; ".join(libs) or "none loaded"))
+            wrong = [b for b in blas if b.get("num_threads") not in (None, 1)]
+            if wrong:
+                notes.append("NOTE: threadpoolctl shows more than one thread for %s despite the "
+                             "pins: workload 5 is not measured as defined"
+                             % ", ".join(str(b.get("internal_api")) for b in wrong))
+        break     # numpy is the same in every family; torch's own pools do not matter here
+    return notes
+
+
+# -------------------------------------------------------------------------------- main
+def main(argv=None, previous_pins=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    q = 1 if args.quick else 0
+    timeout = args.timeout or RUN_TIMEOUT[q]
+    teardown_cap, exit_grace = TEARDOWN_CAP[q], EXIT_GRACE[q]
+    t_start = time.monotonic()
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+    notes = environment_notes(previous_pins)
+    print("# dataflow benchmarks (%s)\n" % ("quick" if args.quick else "full"))
+    print("%s, Python %s, %d CPUs; repeats: %d; workloads: %s" % (
+        platform.platform(), platform.python_version(), os.cpu_count() or 0, args.repeats,
+        ",".join(map(str, args.workloads))))
+    load = _loadavg()
+    if load:
+        notes.append("load average at start: %.2f %.2f %.2f (1/5/15 min)%s" % (
+            load + (" — the machine is busy: expect noisy figures" if load[0] > (os.cpu_count() or 2) / 2 else "",)))
+    for n in notes:
+        print("- " + n)
+    sys.stdout.flush()
+
+    families = [f for f in FAMILIES if any(SYSTEMS[s][0] == f for s in args.systems)]
+    servers = {f: Server(f, args.dataflow_module) for f in families}
+    skipped = {}
+    try:
+        for server in servers.values():         # import all families at once, before measuring
+            server.start()
+        for server in servers.values():
+            server.wait_ready(READY_TIMEOUT)
+        systems = []
+        for s in args.systems:
+            server = servers[SYSTEMS[s][0]]
+            reason = server.failure or server.ready["available"].get(s)
+            if reason:
+                skipped[s] = reason
+            else:
+                systems.append(s)
+        extra = blas_notes(servers)
+        for server in servers.values():
+            if server.ready:
+                extra.extend("%s: %s" % (server.family, n) for n in server.ready["notes"])
+        if "tensorpack" in servers and servers["tensorpack"].ready and \
+                not servers["tensorpack"].ready["notes"]:
+            extra.append("tensorpack %s imported and ran under numpy %s with no workaround"
+                         % (servers["tensorpack"].ready["versions"].get("tensorpack"),
+                            servers["tensorpack"].ready["versions"].get("numpy")))
+        for s, reason in skipped.items():
+            extra.append("SKIPPED %s: %s" % (s, reason))
+        for n in extra:
+            print("- " + n)
+        notes.extend(extra)
+        sys.stdout.flush()
+        runs = measure_all(args, systems, servers, timeout, teardown_cap, exit_grace)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    wall = time.monotonic() - t_start
+    rows = report.summarize(runs, args.workloads, systems)
+    table = report.markdown(rows, WORKLOAD_LABELS)
+    run_notes = _run_notes(runs)
+    print()
+    print(table)
+    print()
+    print("Cells: median (min–max) over the ok runs. Ratios are of datapoints/s, computed repeat by "
+          "repeat: 'dataflow ÷ peer' > 1 means dataflow is faster than the peer of that row; "
+          "'÷ dataflow-serial' is this system over serial MapData (workloads 4, 5).")
+    load = _loadavg()
+    if load:
+        run_notes.append("load average at the end: %.2f %.2f %.2f (1/5/15 min; this harness "
+                         "itself keeps about one core busy)" % load)
+    for n in run_notes:
+        print("- " + n)
+    versions = {}
+    for server in servers.values():
+        if server.ready:
+            versions.update(server.ready["versions"])
+    print("- versions: " + ", ".join("%s %s" % kv for kv in sorted(versions.items())
+                                     if kv[1] and not kv[0].endswith(" file")))
+    if args.json:
+        doc = {
+            "meta": {"started": started, "wall_s": wall, "quick": args.quick,
+                     "repeats": args.repeats, "workloads": args.workloads,
+                     "systems_requested": args.systems, "systems_run": systems,
+                     "skipped": skipped, "counts": {w: COUNTS[w][q] for w in args.workloads},
+                     "limits_s": {"run_timeout": timeout, "teardown_cap": teardown_cap,
+                                  "exit_grace": exit_grace},
+                     "dataflow_module": args.dataflow_module, "versions": versions,
+                     "python": sys.version, "platform": platform.platform(),
+                     "cpu_count": os.cpu_count(), "notes": notes + run_notes,
+                     "blas": {f: s.ready.get("blas") for f, s in servers.items() if s.ready},
+                     "env": {k: os.environ.get(k) for k in (
+                         "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+                     "system_descriptions": {s: SYSTEMS[s][3] for s in args.systems}},
+            "runs": runs,
+            "summary": rows,
+            "all_ratios": report.all_ratios(runs, args.workloads, systems),
+            "markdown": table,
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print("- raw results written to %s" % args.json)
+    if args.png:
+        title = "dataflow benchmarks (%s, %d repeats, %d CPUs)" % (
+            "quick" if args.quick else "full", args.repeats, os.cpu_count() or 0)
+        try:
+            print("- " + report.write_png(rows, WORKLOAD_LABELS, args.png, title))
+        except Exception as exc:   # noqa: BLE001 - the chart is optional
+            print("- PNG skipped: drawing failed: %r" % (exc,))
+    print("- wall time: %.1f s" % (time.monotonic() - t_start))
+    return 0
+
+
+def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace):
+    """Workload by workload; within it, repeat by repeat, every system once (A B A B ...)."""
+    q = 1 if args.quick else 0
+    plan = [(w, r, s) for w in args.workloads for r in range(args.repeats) for s in systems]
+    progress = Progress(len(plan))
+    runs = []
+    given_up = {}     # (workload, system) -> why no more runs
+    try:
+        for seq, (w, r, s) in enumerate(plan):
+            family = SYSTEMS[s][0]
+            server = servers[family]
+            base = {"seq": seq, "workload": w, "repeat": r, "system": s, "count": COUNTS[w][q]}
+            if (w, s) in given_up or server.ready is None:
+                rec = dict(base, status="skipped",
+                           error=given_up.get((w, s)) or "fork server unavailable: %s"
+                           % server.failure, notes=[])
+            else:
+                cmd = {"system": s, "workload": w, "count": COUNTS[w][q]}
+                t0 = time.monotonic()
+                try:
+                    rec = server.run(cmd, timeout, teardown_cap, exit_grace)
+                except ServerDied as exc:
+                    rec = exc.args[0] if isinstance(exc.args[0], dict) else \
+                        {"status": "crashed", "error": str(exc), "notes": []}
+                    if not server.restart(READY_TIMEOUT):
+                        progress.write("fork server of %s could not be restarted: %s"
+                                       % (family, server.failure))
+                rec = dict(base, **rec)
+                rec["wall_s"] = time.monotonic() - t0
+                if rec["status"] in ("hung", "crashed"):
+                    given_up[(w, s)] = "not run: an earlier run of it %s" % rec["status"]
+                    progress.write("W%d %s repeat %d: %s (%s)%s" % (
+                        w, s, r + 1, rec["status"].upper(), rec.get("error"),
+                        "; remaining repeats skipped" if r + 1 < args.repeats else ""))
+            runs.append(rec)
+            if rec["status"] == "ok":
+                text = "W%d %s #%d: %s dp/s" % (w, s, r + 1, report._num(rec["throughput_dps"]))
+            else:
+                text = "W%d %s #%d: %s" % (w, s, r + 1, rec["status"])
+            progress.step(text)
+    finally:
+        progress.close()
+    return runs
+
+
+def _loadavg():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def _run_notes(runs):
+    notes = []
+    seen = set()
+    for rec in runs:
+        if rec["status"] in ("hung", "crashed", "bad-output"):
+            key = (rec["workload"], rec["system"], rec["status"], rec.get("error"))
+            if key not in seen:
+                seen.add(key)
+                detail = rec.get("error") or "first datapoint has the wrong type or shape"
+                tail = (rec.get("stderr_tail") or "").strip().splitlines()[-1:]
+                if len(detail) > 300:
+                    detail = detail[:300] + " ..."
+                notes.append("W%d %s: %s — %s%s" % (rec["workload"], rec["system"],
+                                                    rec["status"], detail,
+                                                    (" | stderr: " + tail[0][:200]) if tail
+                                                    else ""))
+        for n in rec.get("notes", []):
+            key = (rec["workload"], rec["system"], n)
+            if key not in seen:
+                seen.add(key)
+                notes.append("W%d %s: %s" % (rec["workload"], rec["system"], n))
+    return notes

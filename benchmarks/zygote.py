@@ -1,0 +1,205 @@
+"""Fork server of one family of systems: ``python -m benchmarks.zygote FAMILY [DATAFLOW_MODULE]``.
+
+It imports the family once (torch alone takes ~2 s to import), then for each command line read on
+stdin forks a fresh child that measures one run and exits the normal way. Each run thus gets a
+process of its own (isolation, fair startup figures, a hang can be killed) without paying imports.
+
+Protocol, one line per message on the original stdout (everything printed by the systems goes to
+stderr instead): ``READY {...}`` or ``FAIL {...}`` once; then per run, from the child,
+``PID {...}``, ``STAGE {...}`` (after startup, after the measured loop), ``RESULT {...}`` or
+``ERROR {...}``; then from the server ``EXIT {...}`` once the child is reaped.
+"""
+import gc
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+
+_PROTO = None   # fd of the protocol channel
+
+
+def send(tag, payload):
+    data = ("%s %s\n" % (tag, json.dumps(payload))).encode()
+    while data:
+        data = data[os.write(_PROTO, data):]
+
+
+def _blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    try:
+        return [{k: i.get(k) for k in ("internal_api", "version", "num_threads", "architecture",
+                                       "threading_layer", "prefix")} for i in threadpool_info()]
+    except Exception as exc:   # noqa: BLE001 - informative only
+        return [{"error": repr(exc)}]
+
+
+def measure(family, cmd):
+    """The body of one run, in the forked child."""
+    from .systems import open_stream
+    from .workloads import N_SOURCE, WORKLOADS, consume
+
+    system = cmd["system"]
+    wl = WORKLOADS[cmd["workload"]]
+    count = int(cmd["count"])
+    passes = max(1, math.ceil((count + 1) / N_SOURCE))
+    source = [[k] for k in range(N_SOURCE)]
+    gc.collect()
+
+    t0 = time.perf_counter()
+    stream = open_stream(family, system, wl, source, passes)
+    first = next(stream.it)
+    nbytes = consume(first)
+    t1 = time.perf_counter()
+    good = bool(wl.check(first))
+    del first
+    startup = t1 - t0
+    send("STAGE", {"stage": "started", "startup_s": startup})
+
+    nxt = stream.it.__next__
+    received = 0
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    t2 = time.perf_counter()
+    try:
+        for received in range(1, count + 1):   # noqa: B007
+            nbytes += consume(nxt())
+    except StopIteration:
+        raise RuntimeError("the stream ended after %d datapoints; expected %d (%d passes of %d)"
+                           % (received, count + 1, passes, N_SOURCE)) from None
+    t3 = time.perf_counter()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    del nxt
+    measure_s = t3 - t2
+    send("STAGE", {"stage": "measured", "startup_s": startup, "measure_s": measure_s,
+                   "bytes": nbytes})
+
+    teardown_kind = "close()" if stream.has_close else "del+gc.collect()"
+    t4 = time.perf_counter()
+    stream.teardown()
+    t5 = time.perf_counter()
+    stream.release()
+    return {
+        "startup_s": startup,
+        "measure_s": measure_s,
+        "count": count,
+        "bytes": nbytes,
+        "throughput_dps": count / measure_s,
+        "mbps": nbytes / measure_s / 1e6,
+        "teardown_s": t5 - t4,
+        "teardown_kind": teardown_kind,
+        "cpu_main_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+        "output_ok": good,
+    }
+
+
+def child(family, cmd):
+    """Runs in the forked child; never returns (see exit_like_a_program)."""
+    os.setpgid(0, 0)   # its own process group: the harness kills the group if it hangs
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    send("PID", {"pid": os.getpid()})
+    code = 0
+    try:
+        send("RESULT", measure(family, cmd))
+    except BaseException as exc:   # noqa: BLE001 - reported, then exit
+        code = 1
+        send("ERROR", {"error": "%s: %s" % (type(exc).__name__, exc),
+                       "traceback": traceback.format_exc()[-4000:]})
+    exit_like_a_program(code)
+
+
+def exit_like_a_program(code):
+    """What a normal interpreter exit does that a system can notice, then ``os._exit``.
+
+    It joins the non-daemon threads and runs the atexit handlers (multiprocessing's joins its
+    non-daemon children and terminates the daemonic ones), like a program's exit and like
+    multiprocessing's own forked children do; a system that leaves something behind that blocks
+    the exit shows up as "exit hung". It skips the module teardown, which in a process forked from
+    a server that imported torch costs ~1 s of copy-on-write page faults and tells nothing about
+    the system.
+    """
+    import atexit
+    import threading
+    try:
+        shutdown = getattr(threading, "_shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+        if run_exitfuncs is not None:
+            run_exitfuncs()
+    except BaseException:   # noqa: BLE001 - still exit
+        traceback.print_exc()
+        code = code or 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _decode(status):
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status), "code": None}
+    return {"signal": None, "code": os.WEXITSTATUS(status)}
+
+
+def serve(family_name, dataflow_module):
+    global _PROTO
+    _PROTO = os.dup(1)
+    os.dup2(2, 1)            # whatever the systems print goes to stderr (the harness's log file)
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the harness decides when we stop
+
+    from .systems import Family
+    try:
+        family = Family(family_name, dataflow_module)
+    except BaseException as exc:   # noqa: BLE001 - reported to the harness
+        send("FAIL", {"error": "%s: %s" % (type(exc).__name__, exc),
+                      "traceback": traceback.format_exc()[-3000:]})
+        return 1
+    import numpy
+    # Objects that exist now (the imports) are left out of every later collection: gc.collect()
+    # in a run then costs what the run created, and a forked child does not take copy-on-write
+    # faults on the whole heap of torch's import (~0.1-0.5 s) at its first collection.
+    gc.collect()
+    gc.freeze()
+    send("READY", {"available": family.available, "notes": family.notes,
+                   "versions": dict(family.versions, numpy=numpy.__version__),
+                   "blas": _blas_info(), "pid": os.getpid()})
+
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        cmd = json.loads(line)
+        if cmd.get("op") == "quit":
+            return 0
+        pid = os.fork()
+        if pid == 0:
+            child(family, cmd)      # never returns
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        _, status = os.waitpid(pid, 0)
+        leftovers = False
+        try:
+            os.killpg(pid, 0)       # anything still in the child's process group?
+            leftovers = True
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        send("EXIT", dict(_decode(status), pid=pid, leftovers=leftovers))
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "dataflow"))
