@@ -38,7 +38,8 @@ from .shm import SegmentPool, SegmentReader
 from . import shm, transport
 from .supervisor import (WorkerCrashedError, check_workers, describe_exit, die_with_parent,
                          process_alive)
-from .threads import OwnDataFlow, _Tickets, available_cpus, dataflow_length
+from .policy import choose_executor, describe_choice
+from .threads import Constant, OwnDataFlow, _Tickets, available_cpus, dataflow_length, make_executor
 
 __all__ = ["ProcessExecutor", "MultiProcessMapData", "MultiProcessMapDataZMQ",
            "MultiProcessRunner", "MultiProcessRunnerZMQ", "MultiProcessMapAndBatchData",
@@ -48,6 +49,11 @@ logger = logging.getLogger("dataflow")
 
 # How often an idle worker checks that its consumer still exists (seconds).
 _LIVENESS_INTERVAL = 0.25
+# Each worker runs ahead of the consumer only while the shared memory of its results (held on the
+# consumer side, or to come) stays under this budget, so the pool stays small and is reused
+# instead of growing to buffer_size results of any size. Workers still run ahead whenever the
+# consumer would otherwise wait.
+SHM_BUDGET = 64 << 20
 # close(): how long terminated workers get to exit before they are killed.
 _TERMINATE_GRACE = 0.05
 
@@ -165,6 +171,10 @@ class _Worker:
         self.busy_since = None      # when its current work last made progress
         self.next_warning = None    # when to report it as hung (again)
 
+    def expected_bytes(self, per_item):
+        """Shared memory its results take: held by the consumer, and to come."""
+        return self.reader.held_bytes + len(self.outstanding) * per_item
+
     def held(self):
         return sorted(index for _, index, _ in self.outstanding.values())
 
@@ -231,6 +241,12 @@ class ProcessExecutor:
     """``num_workers`` processes, each running ``make_func(worker_id)`` once and then the map
     function it returns on every chunk sent to it.
 
+    Flow: chunks wait in the consumer until a worker is free to take them: the least busy
+    worker whose results in shared memory (held by the consumer, or expected from the work it
+    holds) stay under ``shm_budget`` bytes. So large results do not pile up ``buffer_size`` deep
+    in fresh shared memory; the pool stays small and hot. When no worker is under the budget and
+    none has work, one gets work anyway: the user holds the results, and the pool grows.
+
     Supervision: a worker that dies is reported at once as :class:`WorkerCrashedError`, or, while
     fewer than ``max_restarts`` restarts happened, replaced by a new process that receives the
     datapoints the dead one held (each result still arrives exactly once). A worker that holds a
@@ -240,7 +256,8 @@ class ProcessExecutor:
     kind = "process"
 
     def __init__(self, num_workers, make_func, start_method=None, max_restarts=0,
-                 name="dataflow"):
+                 shm_budget=None, name="dataflow-worker"):
+        shm_budget = SHM_BUDGET if shm_budget is None else shm_budget
         method = start_method or default_start_method()
         if method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
@@ -250,6 +267,7 @@ class ProcessExecutor:
         self.start_method = method
         self.max_restarts = max_restarts
         self.restarts = 0
+        self.shm_budget = shm_budget
         self._name = name
         self._closed = False
         self._owner_pid = os.getpid()
@@ -258,6 +276,8 @@ class ProcessExecutor:
         self._endpoints = transport.Endpoints()
         self._released = collections.deque()
         self._batches = collections.deque()
+        self._backlog = collections.deque()     # chunks not yet sent: (run, items)
+        self._bytes_per_item = None             # moving average of a result's shared memory
         self._poller = zmq.Poller()
         self._workers = []
         self._by_sentinel = {}
@@ -284,7 +304,7 @@ class ProcessExecutor:
         stack_mine, stack_theirs = socket.socketpair()
         endpoint = self._endpoints(key)
         p = self._mp.Process(
-            target=_worker_main, name=f"{self._name}-worker-{wid}",
+            target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
                   os.getpid(), self._pdeathsig))
         try:
@@ -316,15 +336,34 @@ class ProcessExecutor:
         return [w.process.pid for w in self._workers if w is not None]
 
     def submit(self, run, items):
-        w = min(self._workers, key=lambda w: len(w.outstanding))
-        self._send(w, run, items)
+        self._backlog.append((run, items))
+        self._dispatch()
 
-    def _send(self, w, run, items):
+    def _collect_releases(self):
+        """Route the segments the user let go of to the workers that own them."""
         while self._released:
             key, sid = self._released.popleft()
             owner = self._by_key.get(key)
             if owner is not None:
                 owner.released.append(sid)
+                owner.reader.released(sid)
+
+    def _dispatch(self):
+        """Send waiting chunks to the least busy workers whose results in shared memory are
+        under the budget. When every worker is over it and none has work, send anyway: the user
+        holds the results, so the pool must grow rather than the pipeline stall."""
+        self._collect_releases()
+        while self._backlog:
+            per_item = self._bytes_per_item or 0
+            ready = [w for w in self._workers if w.expected_bytes(per_item) < self.shm_budget]
+            if not ready:
+                if any(w.outstanding for w in self._workers):
+                    return
+                ready = self._workers
+            w = min(ready, key=lambda w: len(w.outstanding))
+            self._send(w, *self._backlog.popleft())
+
+    def _send(self, w, run, items):
         frames = transport.encode_task(run, items, w.released)
         w.released = []
         if len(frames) == 1:
@@ -341,6 +380,7 @@ class ProcessExecutor:
             while not self._batches:
                 if self._closed:
                     raise RuntimeError(CLOSED_WHILE_ITERATING)
+                self._dispatch()
                 self._wait(timeout)
             return self._batches.popleft()
 
@@ -394,7 +434,12 @@ class ProcessExecutor:
                 frame = w.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            before = w.reader.held_bytes
             results, busy = transport.decode_results(frame, w.reader)
+            if results:
+                per_item = (w.reader.held_bytes - before) / len(results)
+                self._bytes_per_item = per_item if self._bytes_per_item is None else \
+                    0.8 * self._bytes_per_item + 0.2 * per_item
             for seq, _, _ in results:
                 w.outstanding.pop(seq, None)
             w.busy_since = time.monotonic() if w.outstanding else None
@@ -496,23 +541,17 @@ class MultiProcessMapData(ParallelMapData):
         self.num_proc = self.num_workers
         self.start_method = start_method
         self.max_restarts = max_restarts
+        # The run-in-thread table: a map of native ops needs no processes.
+        self.executor = choose_executor(map_func, self.num_workers, True)
+        logger.debug("%s: %s", type(self).__name__,
+                     describe_choice(map_func, self.num_workers, True))
 
     def _make_executor(self):
-        return ProcessExecutor(self.num_workers, _Constant(self.map_func), self.start_method,
-                               self.max_restarts)
+        return make_executor(self.executor, self.num_workers, Constant(self.map_func),
+                             start_method=self.start_method, max_restarts=self.max_restarts)
 
 
 MultiProcessMapDataZMQ = MultiProcessMapData
-
-
-class _Constant:
-    """make_func for a map: every worker runs the same function."""
-
-    def __init__(self, func):
-        self.func = func
-
-    def __call__(self, wid):
-        return self.func
 
 
 class _OwnCopy:

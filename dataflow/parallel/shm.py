@@ -185,6 +185,7 @@ class SegmentReader:
         self._sock = fd_socket
         self._released = released
         self._maps = {}
+        self.held_bytes = 0        # size of the segments the consumer side still uses
 
     def add(self, new):
         """Map the segments a message announces as new (their descriptors wait in the socket)."""
@@ -206,8 +207,15 @@ class SegmentReader:
                 holder = _Lease((len(mm),), np.uint8, buffer=mm)
                 weakref.finalize(holder, self._released.append, (self.key, sid))
                 base = holders[sid] = holder.view(np.ndarray)
+                self.held_bytes += len(mm)
             out.append(base[offset:offset + nbytes])
         return out
+
+    def released(self, sid):
+        """Account for a segment the consumer no longer uses (called in the consumer thread)."""
+        mm = self._maps.get(sid)
+        if mm is not None:
+            self.held_bytes -= len(mm)
 
     def close(self):
         """Forget the mappings; arrays still held keep theirs alive."""
