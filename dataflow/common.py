@@ -153,13 +153,18 @@ class BatchData(ProxyDataFlow):
     components of a type numpy cannot batch are kept as lists (tensorpack raises TypeError).
     """
 
-    def __init__(self, ds, batch_size, remainder=False, use_list=False):
+    def __init__(self, ds, batch_size, remainder=False, use_list=False, *, per_batch_map=None,
+                 num_parallel_workers=None, python_multiprocessing=False):
         """
         Args:
             ds (DataFlow): a dataflow of lists/tuples or dicts.
             batch_size (int): number of datapoints per batch.
             remainder (bool): also produce the last, smaller batch of each pass.
             use_list (bool): batch components into lists instead of numpy arrays.
+            per_batch_map (batch -> batch | None, or a list of them): applied to every batch,
+                in order, like :class:`MapData`'s ``func``; with ``num_parallel_workers`` it
+                runs where the run-in-thread table says (see ``python_multiprocessing``), and
+                batches keep their order.
         """
         super().__init__(ds)
         if int(batch_size) != batch_size or batch_size <= 0:
@@ -174,6 +179,23 @@ class BatchData(ProxyDataFlow):
                     "Use a smaller batch_size or remainder=True.")
         self.remainder = remainder
         self.use_list = use_list
+        self._mapped = None
+        if per_batch_map is not None:
+            self._mapped = MapData(_Batches(self), per_batch_map,
+                                   num_parallel_workers=num_parallel_workers,
+                                   python_multiprocessing=python_multiprocessing)
+        self.executor = "serial" if self._mapped is None else self._mapped.executor
+
+    def reset_state(self):
+        if self._mapped is not None:
+            self._mapped.reset_state()
+        else:
+            self.ds.reset_state()
+
+    def close(self):
+        """Stop the workers of ``per_batch_map``, if any."""
+        if self._mapped is not None:
+            self._mapped.close()
 
     def __len__(self):
         ds_size = len(self.ds)
@@ -183,6 +205,11 @@ class BatchData(ProxyDataFlow):
         return div + int(bool(self.remainder))
 
     def __iter__(self):
+        if self._mapped is not None:
+            return iter(self._mapped)
+        return self._batches()
+
+    def _batches(self):
         holder = []
         for dp in self.ds:
             holder.append(dp)
@@ -248,6 +275,22 @@ class BatchData(ProxyDataFlow):
         else:
             raise ValueError(f"Datapoint has to be a list, tuple or dict. Got {type(first_dp)}")
         return result
+
+
+class _Batches(DataFlow):
+    """The batches of a BatchData before its ``per_batch_map``."""
+
+    def __init__(self, batch_data):
+        self.batch_data = batch_data
+
+    def reset_state(self):
+        self.batch_data.ds.reset_state()
+
+    def __len__(self):
+        return BatchData.__len__(self.batch_data)
+
+    def __iter__(self):
+        return self.batch_data._batches()
 
 
 class BatchDataByShape(BatchData):
@@ -340,34 +383,90 @@ class FixedSizeData(ProxyDataFlow):
 class MapData(ProxyDataFlow):
     """Apply ``func`` to every datapoint; a ``None`` result drops the datapoint.
 
-    ``func`` receives a shallow copy (``copy.copy``) of the datapoint, so it may replace components
-    (``dp[0] = ...``) without affecting the source; it must not modify components in place unless
-    that is safe. ``len()`` is that of ``ds`` and is wrong when datapoints are dropped. A ``func``
-    that returns a generator (a common mistake: ``yield`` instead of ``return``) raises
-    ``TypeError``.
+    ``func`` is a callable or a list of callables (ops) applied in order, each taking and
+    returning a datapoint; ``None`` from any of them drops the datapoint. Each datapoint is
+    handed over as a shallow copy (``copy.copy``), so ``func`` may replace components
+    (``dp[0] = ...``) without affecting the source. A ``func`` that returns a generator (a common
+    mistake: ``yield`` instead of ``return``) raises ``TypeError``.
+
+    Without ``num_parallel_workers`` it runs serially in the consuming thread, exactly as
+    tensorpack's ``MapData`` (``len()`` is that of ``ds``). With ``num_parallel_workers=N`` the
+    ops run in N workers placed by the run-in-thread table (:mod:`dataflow.parallel.policy`):
+    threads when every op is native or ``python_multiprocessing`` is false, processes otherwise
+    (the whole chain in each process). The output is then still ordered and exactly once per pass:
+    identical to the serial output. ``.executor`` says where it runs ("serial", "thread" or
+    "process"). ``on_error``/``max_errors`` are the error policy of
+    :class:`~dataflow.MultiThreadMapData` (also without workers); ``max_restarts`` that of
+    :class:`~dataflow.MultiProcessMapData`.
     """
 
-    def __init__(self, ds, func):
+    def __init__(self, ds, func, *, num_parallel_workers=None, python_multiprocessing=False,
+                 on_error="raise", max_errors=None, max_restarts=0):
         """
         Args:
             ds (DataFlow): input dataflow.
-            func (datapoint -> datapoint | None): the mapping.
+            func (datapoint -> datapoint | None, or a list of them): the mapping.
+            num_parallel_workers (int | None): run the map in this many workers.
+            python_multiprocessing (bool): allow worker processes for Python ops.
+            on_error, max_errors, max_restarts: see the class doc.
         """
+        from .ops import Compose, fuse
+        from .parallel.policy import choose_executor, describe_choice
         super().__init__(ds)
-        self.func = func
+        ops = list(func) if isinstance(func, (list, tuple)) else [func]
+        self.executor = choose_executor(ops, num_parallel_workers, python_multiprocessing)
+        logger.debug("MapData: %s", describe_choice(ops, num_parallel_workers,
+                                                    python_multiprocessing))
+        self.func = func if callable(func) else Compose(fuse(ops))
+        self._parallel = None
+        if self.executor != "serial" or on_error != "raise":
+            from .parallel.processes import MultiProcessMapData
+            self._parallel = MultiProcessMapData(
+                ds, num_parallel_workers or 1, _ShallowCopyFirst(self.func), strict=True,
+                ordered=True, on_error=on_error, max_errors=max_errors,
+                max_restarts=max_restarts)
+            self._parallel.executor = self.executor
+
+    def reset_state(self):
+        if self._parallel is not None:
+            self._parallel.reset_state()
+        else:
+            super().reset_state()
+        self._pass = -1
+
+    def close(self):
+        """Stop the workers, if any; ``reset_state()`` starts them again."""
+        if self._parallel is not None:
+            self._parallel.close()
 
     def __iter__(self):
+        if self._parallel is not None:
+            yield from self._parallel
+            return
+        self._pass = getattr(self, "_pass", -1) + 1
+        func = self.func
         for i, dp in enumerate(self.ds):
-            ret = self.func(copy(dp))
+            _rng.set_datapoint_key((self._pass, i))
+            ret = func(copy(dp))
             if ret is None:
                 continue
             if inspect.isgenerator(ret):
                 ret.close()
                 raise TypeError(
-                    f"{type(self).__name__}: the function {_func_name(self.func)} returned a "
+                    f"{type(self).__name__}: the function {_func_name(func)} returned a "
                     f"generator for datapoint {i} of this pass. It must return a datapoint "
                     "(or None to drop it); did it use 'yield' instead of 'return'?")
             yield ret
+
+
+class _ShallowCopyFirst:
+    """The map function of a parallel MapData: the same shallow-copy contract as serial."""
+
+    def __init__(self, func):
+        self.func = self.__wrapped__ = func
+
+    def __call__(self, dp):
+        return self.func(copy(dp))
 
 
 class MapDataComponent(MapData):

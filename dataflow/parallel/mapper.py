@@ -87,6 +87,7 @@ _DATAPOINT_TYPES = (list, tuple, dict, np.ndarray)
 
 
 def func_name(func):
+    func = getattr(func, "__wrapped__", func)
     return getattr(func, "__qualname__", None) or type(func).__name__
 
 
@@ -158,6 +159,26 @@ class Executor:
 
     def close(self):
         raise NotImplementedError
+
+
+class InlineExecutor(Executor):
+    """Runs each chunk at once, in the consuming thread: serial execution behind the same mapper
+    (debug mode, where a debugger must be able to step into the map function, or an error
+    policy without workers)."""
+    kind = "serial"
+
+    def __init__(self, make_func):
+        self._func = make_func(0)
+        self._results = collections.deque()
+
+    def submit(self, run, items):
+        self._results.append(run_chunk(self._func, run, items))
+
+    def get(self, timeout=None):
+        return self._results.popleft()
+
+    def close(self):
+        self._results.clear()
 
 
 class _Pass:
@@ -232,7 +253,7 @@ class ParallelMapData(ProxyDataFlow):
 
     # -- life cycle -------------------------------------------------------------------------
     def _make_executor(self):
-        """Start and return the workers (an :class:`Executor`)."""
+        """Start and return the workers (an :class:`Executor`) of kind ``self.executor``."""
         raise NotImplementedError
 
     def _reset_source(self):

@@ -14,10 +14,12 @@ import time
 import traceback
 
 from .. import config
-from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, run_chunk
+from .mapper import (CLOSED_WHILE_ITERATING, InlineExecutor, ParallelMapData, WorkerError,
+                     run_chunk)
 from .supervisor import check_workers
 
-__all__ = ["ThreadExecutor", "MultiThreadMapData", "MultiThreadRunner", "available_cpus"]
+__all__ = ["ThreadExecutor", "MultiThreadMapData", "MultiThreadRunner", "available_cpus",
+           "make_executor"]
 
 logger = logging.getLogger("dataflow")
 
@@ -161,10 +163,31 @@ class MultiThreadMapData(ParallelMapData):
                          buffer_size=buffer_size, strict=strict, ordered=ordered,
                          on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_thread = self.num_workers
+        if config.debug_mode():
+            self.executor = "serial"
 
     def _make_executor(self):
-        func = self.map_func
-        return ThreadExecutor(self.num_workers, lambda wid: func)
+        return make_executor(self.executor, self.num_workers, Constant(self.map_func))
+
+
+class Constant:
+    """make_func of a map: every worker runs the same function."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, wid):
+        return self.func
+
+
+def make_executor(kind, num_workers, make_func, **process_options):
+    """Start an executor of ``kind`` ("serial", "thread" or "process")."""
+    if kind == "serial":
+        return InlineExecutor(make_func)
+    if kind == "thread":
+        return ThreadExecutor(num_workers, make_func)
+    from .processes import ProcessExecutor
+    return ProcessExecutor(num_workers, make_func, **process_options)
 
 
 class _Tickets:
