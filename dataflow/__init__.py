@@ -14,6 +14,7 @@ from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSi
                      JoinData, LocallyShuffleData, MapData, MapDataComponent, PrintData,
                      RandomChooseData, RandomMixData, RepeatedData, RepeatedDataPoint,
                      SelectComponent, TestDataSpeed)
+from .bucket import BucketBatchData
 from .parallel.threads import MultiThreadMapData, MultiThreadRunner
 from .parallel.processes import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
                                  MultiProcessMapData, MultiProcessMapDataZMQ, MultiProcessRunner,
