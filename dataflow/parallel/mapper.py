@@ -312,8 +312,13 @@ class ParallelMapData(ProxyDataFlow):
         st, ex = self._state, self._exec
         if ex is None:
             raise RuntimeError(CLOSED_WHILE_ITERATING)
+        chunk = self._chunk_size()
         while room > 0:
-            n = min(room, self._chunk_size())
+            n = min(room, chunk)
+            if n < chunk and len(st.outstanding) >= chunk * self.num_workers:
+                # Workers have enough to do: wait for room for a whole chunk rather than
+                # sending the scraps freed by the last few results.
+                return index, False
             items = []
             for dp in source:
                 items.append((st.next_seq, index, dp))

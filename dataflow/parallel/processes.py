@@ -14,6 +14,7 @@ closures work with every start method; with ``"fork"`` they are inherited withou
 import atexit
 import collections
 import contextlib
+import ctypes
 import faulthandler
 import itertools
 import logging
@@ -25,6 +26,7 @@ import pickle
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 import warnings
@@ -113,12 +115,32 @@ def _leave_fork_server():
         server._forkserver_address = None
 
 
+def _keep_freed_memory():
+    """Let glibc keep freed memory in the worker instead of returning it to the kernel.
+
+    A map function typically allocates a fresh array per datapoint and the worker frees it once
+    the array is in shared memory. With glibc's defaults, arrays above 128 KiB are mmapped and
+    unmapped each time, or the heap is trimmed and regrown, so every datapoint pays page faults
+    on fresh memory (about 90 us for a 150 KB array, against 4 us when memory is reused). A
+    worker runs one function over and over, so it keeps up to 128 MiB of freed memory instead.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 32 << 20)      # M_MMAP_THRESHOLD: serve up to 32 MiB from the heap
+        libc.mallopt(-1, 128 << 20)     # M_TRIM_THRESHOLD: keep up to 128 MiB of free heap
+    except (OSError, AttributeError):   # not glibc
+        pass
+
+
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
     if pdeathsig:
         die_with_parent()
     _leave_fork_server()
+    _keep_freed_memory()
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
