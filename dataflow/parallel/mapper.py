@@ -402,6 +402,8 @@ class ParallelMapData(ProxyDataFlow):
                 st.run += 1
             before = st.index
             st.index, exhausted = self._send(st.source, st.index, room)
+            if st.index == before and not exhausted:
+                return                  # the workers have enough; wait for whole chunks
             room -= st.index - before
             if exhausted:
                 if st.index == 0:
