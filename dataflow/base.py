@@ -57,6 +57,20 @@ class DataFlow:
         """Prepare the dataflow for iteration in the current process. Call it once before the first
         ``__iter__``; for dataflows that hold workers, it (re)starts them."""
 
+    def close(self):
+        """Release what this dataflow, and every dataflow it reads from, holds (worker threads
+        and processes); idempotent. ``reset_state()`` starts again. Also available as
+        ``with df: ...``. Dataflows that hold nothing just pass the call upstream."""
+        for source in _sources(self):
+            source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     # tensorpack kept these for old code; so do we.
     def get_data(self):
         return self.__iter__()
@@ -90,3 +104,12 @@ class ProxyDataFlow(DataFlow):
 
     def __iter__(self):
         return iter(self.ds)
+
+
+def _sources(df):
+    """The dataflows ``df`` reads from: ``df.ds`` and the members of ``df.df_lists`` (plain or in
+    ``(dataflow, probability)`` pairs), when they have a ``close``."""
+    found = [getattr(df, "ds", None)]
+    for item in getattr(df, "df_lists", None) or ():
+        found.append(item[0] if isinstance(item, (tuple, list)) else item)
+    return [d for d in found if callable(getattr(d, "close", None))]

@@ -193,9 +193,11 @@ class BatchData(ProxyDataFlow):
             self.ds.reset_state()
 
     def close(self):
-        """Stop the workers of ``per_batch_map``, if any."""
+        """Stop the workers of ``per_batch_map``, if any, and close the source."""
         if self._mapped is not None:
             self._mapped.close()
+        else:
+            super().close()
 
     def __len__(self):
         ds_size = len(self.ds)
@@ -285,6 +287,9 @@ class _Batches(DataFlow):
 
     def reset_state(self):
         self.batch_data.ds.reset_state()
+
+    def close(self):
+        self.batch_data.ds.close()
 
     def __len__(self):
         return BatchData.__len__(self.batch_data)
@@ -435,9 +440,11 @@ class MapData(ProxyDataFlow):
         self._pass = -1
 
     def close(self):
-        """Stop the workers, if any; ``reset_state()`` starts them again."""
+        """Stop the workers, if any, and close the source; ``reset_state()`` starts again."""
         if self._parallel is not None:
             self._parallel.close()
+        else:
+            super().close()
 
     def __iter__(self):
         if self._parallel is not None:

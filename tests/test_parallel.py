@@ -365,3 +365,13 @@ def test_arrays_and_dicts_pass_through(make):
                    for d in out)
         assert out[3]["name"] == "n3"
         del out
+
+
+def test_closing_the_head_closes_the_whole_pipeline():
+    inner = D.MultiThreadMapData(Numbers(40), 2, double, strict=True)
+    middle = D.MultiProcessMapData(inner, 2, double, strict=True)
+    head = D.BatchData(D.MapData(middle, double), 4)
+    head.reset_state()
+    assert sorted(v for b in head for v in b[0]) == [8 * i for i in range(40)]
+    head.close()            # no close() on inner or middle: the no_leaks fixture checks them
+    head.close()

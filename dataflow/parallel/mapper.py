@@ -261,7 +261,7 @@ class ParallelMapData(ProxyDataFlow):
 
     def reset_state(self):
         """(Re)start: reset the source, start fresh workers, forget anything in flight."""
-        self.close()
+        self._stop()
         self._reset_source()
         self._state = _Pass()
         self.num_skipped = self.num_replaced = 0
@@ -269,20 +269,18 @@ class ParallelMapData(ProxyDataFlow):
         self._finalizer = weakref.finalize(self, self._exec.close)
 
     def close(self):
-        """Stop the workers and release their resources; idempotent. Also done on garbage
-        collection and at interpreter exit. ``reset_state()`` starts again."""
+        """Stop the workers and release their resources, then close the source; idempotent.
+        Also done on garbage collection and at interpreter exit. ``reset_state()`` starts
+        again."""
+        self._stop()
+        super().close()
+
+    def _stop(self):
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
         self._exec = None
         self._state = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     # -- iteration --------------------------------------------------------------------------
     def _source_len(self):
