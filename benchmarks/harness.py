@@ -14,14 +14,17 @@ import time
 
 from . import report
 from .server import Server, ServerDied
-from .systems import FAMILIES, SYSTEMS
+from .systems import FAMILIES, SYSTEMS, applies, description
 
-# Workload labels, without importing numpy here (workloads.py does).
+# Workload labels, without importing numpy here (workloads.py does). Ids: ints 1-5, then "img".
 WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
-                   4: "pure Python ~1 ms", 5: "BLAS ~1 ms"}
+                   4: "pure Python ~1 ms", 5: "BLAS ~1 ms",
+                   "img": "JPEG pipeline, batch 32"}
 # Datapoints measured after the first one: (full, quick). Chosen so that the slowest system takes
 # ~1-3 s per run in a full run, ~0.1-0.3 s in --quick (on 2 cores). (The harness passes the count to each run.)
-COUNTS = {1: (30000, 3000), 2: (4000, 600), 3: (600, 80), 4: (2000, 250), 5: (2000, 250)}
+# For "img" the count is of images after the first batch, a multiple of the batch size (32).
+COUNTS = {1: (30000, 3000), 2: (4000, 600), 3: (600, 80), 4: (2000, 250), 5: (2000, 250),
+          "img": (1024, 128)}
 
 # Limits per run: (full, quick) seconds.
 RUN_TIMEOUT = (40.0, 10.0)        # from the command to the result; past it the run is "hung"
@@ -50,7 +53,8 @@ def parse_args(argv):
                     "and its peers, alternating systems run by run; print a Markdown table.")
     p.add_argument("--quick", action="store_true",
                    help="short runs (~0.1-0.3 s each), whole thing under a minute")
-    p.add_argument("--workloads", default="1,2,3,4,5", help="comma-separated ids (default: all)")
+    p.add_argument("--workloads", default="1,2,3,4,5,img",
+                   help="comma-separated ids: 1-5, img (default: all)")
     p.add_argument("--systems", default="all",
                    help="comma-separated systems or families (dataflow, tensorpack, torch) or "
                         "'all'; systems: " + ", ".join(SYSTEMS))
@@ -68,8 +72,9 @@ def parse_args(argv):
                    help="module benchmarked as 'dataflow' (default: %(default)s); e.g. "
                         "tensorpack.dataflow to check the harness itself")
     args = p.parse_args(argv)
-    args.workloads = [int(w) for w in _parse_ids(args.workloads,
-                                                 [str(w) for w in WORKLOAD_LABELS], "workload")]
+    args.workloads = [int(w) if w.isdigit() else w
+                      for w in _parse_ids(args.workloads, [str(w) for w in WORKLOAD_LABELS],
+                                          "workload")]
     names = []
     for part in _parse_ids(args.systems, ["all"] + list(FAMILIES) + list(SYSTEMS), "system"):
         if part == "all":
@@ -78,7 +83,12 @@ def parse_args(argv):
             names.extend(s for s, spec in SYSTEMS.items() if spec[0] == part)
         else:
             names.append(part)
-    args.systems = [s for s in SYSTEMS if s in names]      # canonical order
+    # canonical order; a system that exists only for other workloads (dataflow-table) is dropped
+    args.systems = [s for s in SYSTEMS
+                    if s in names and any(applies(s, w) for w in args.workloads)]
+    if not args.systems:
+        p.error("none of the selected systems runs the selected workloads (dataflow-table runs "
+                "only workload img)")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
     return args
@@ -180,7 +190,7 @@ def main(argv=None, previous_pins=None):
     sys.stdout.flush()
 
     families = [f for f in FAMILIES if any(SYSTEMS[s][0] == f for s in args.systems)]
-    servers = {f: Server(f, args.dataflow_module) for f in families}
+    servers = {f: Server(f, args.dataflow_module, args.workloads) for f in families}
     skipped = {}
     try:
         for server in servers.values():         # import all families at once, before measuring
@@ -206,11 +216,22 @@ def main(argv=None, previous_pins=None):
                             servers["tensorpack"].ready["versions"].get("numpy")))
         for s, reason in skipped.items():
             extra.append("SKIPPED %s: %s" % (s, reason))
+        unavailable = {}       # (workload, system) -> why that system cannot run that workload
+        for s in systems:
+            ready = servers[SYSTEMS[s][0]].ready
+            for w in args.workloads:
+                reason = ready.get("unavailable_for", {}).get(str(w), {}).get(s)
+                if reason and applies(s, w):
+                    unavailable[(w, s)] = "not run: %s" % reason
+        for reason in sorted(set(unavailable.values())):
+            pairs = [k for k, v in unavailable.items() if v == reason]
+            extra.append("SKIPPED %s: %s" % (", ".join("W%s %s" % k for k in pairs), reason))
         for n in extra:
             print("- " + n)
         notes.extend(extra)
         sys.stdout.flush()
-        runs = measure_all(args, systems, servers, timeout, teardown_cap, exit_grace)
+        runs = measure_all(args, systems, servers, timeout, teardown_cap, exit_grace,
+                           unavailable)
     finally:
         for server in servers.values():
             server.stop()
@@ -224,7 +245,12 @@ def main(argv=None, previous_pins=None):
     print()
     print("Cells: median (min–max) over the ok runs. Ratios are of datapoints/s, computed repeat by "
           "repeat: 'dataflow ÷ peer' > 1 means dataflow is faster than the peer of that row; "
-          "'÷ dataflow-serial' is this system over serial MapData (workloads 4, 5).")
+          "'÷ dataflow-serial' is this system over serial MapData (workloads 4, 5, img)."
+          + (" Workload img counts images (datapoints/s = images/s; MB/s = bytes of the "
+             "batches); a system's '(…)' is what it reported: the executor MapData chose, or "
+             "torch's batching in the DataLoader." if "img" in args.workloads else ""))
+    for line in report.img_choice_lines(runs, systems) if "img" in args.workloads else ():
+        print(line)
     load = _loadavg()
     if load:
         run_notes.append("load average at the end: %.2f %.2f %.2f (1/5/15 min; this harness "
@@ -252,7 +278,9 @@ def main(argv=None, previous_pins=None):
                      "env": {k: os.environ.get(k) for k in (
                          "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                          "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
-                     "system_descriptions": {s: SYSTEMS[s][3] for s in args.systems}},
+                     "system_descriptions": {
+                         str(w): {s: description(s, w) for s in args.systems if applies(s, w)}
+                         for w in args.workloads}},
             "runs": runs,
             "summary": rows,
             "all_ratios": report.all_ratios(runs, args.workloads, systems),
@@ -272,13 +300,14 @@ def main(argv=None, previous_pins=None):
     return 0
 
 
-def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace):
+def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unavailable=None):
     """Workload by workload; within it, repeat by repeat, every system once (A B A B ...)."""
     q = 1 if args.quick else 0
-    plan = [(w, r, s) for w in args.workloads for r in range(args.repeats) for s in systems]
+    plan = [(w, r, s) for w in args.workloads for r in range(args.repeats) for s in systems
+            if applies(s, w)]
     progress = Progress(len(plan))
     runs = []
-    given_up = {}     # (workload, system) -> why no more runs
+    given_up = dict(unavailable or {})     # (workload, system) -> why no (more) runs
     try:
         for seq, (w, r, s) in enumerate(plan):
             family = SYSTEMS[s][0]
@@ -303,14 +332,14 @@ def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace):
                 rec["wall_s"] = time.monotonic() - t0
                 if rec["status"] in ("hung", "crashed"):
                     given_up[(w, s)] = "not run: an earlier run of it %s" % rec["status"]
-                    progress.write("W%d %s repeat %d: %s (%s)%s" % (
+                    progress.write("W%s %s repeat %d: %s (%s)%s" % (
                         w, s, r + 1, rec["status"].upper(), rec.get("error"),
                         "; remaining repeats skipped" if r + 1 < args.repeats else ""))
             runs.append(rec)
             if rec["status"] == "ok":
-                text = "W%d %s #%d: %s dp/s" % (w, s, r + 1, report._num(rec["throughput_dps"]))
+                text = "W%s %s #%d: %s dp/s" % (w, s, r + 1, report._num(rec["throughput_dps"]))
             else:
-                text = "W%d %s #%d: %s" % (w, s, r + 1, rec["status"])
+                text = "W%s %s #%d: %s" % (w, s, r + 1, rec["status"])
             progress.step(text)
     finally:
         progress.close()
@@ -336,7 +365,7 @@ def _run_notes(runs):
                 tail = (rec.get("stderr_tail") or "").strip().splitlines()[-1:]
                 if len(detail) > 300:
                     detail = detail[:300] + " ..."
-                notes.append("W%d %s: %s — %s%s" % (rec["workload"], rec["system"],
+                notes.append("W%s %s: %s — %s%s" % (rec["workload"], rec["system"],
                                                     rec["status"], detail,
                                                     (" | stderr: " + tail[0][:200]) if tail
                                                     else ""))
@@ -344,5 +373,5 @@ def _run_notes(runs):
             key = (rec["workload"], rec["system"], n)
             if key not in seen:
                 seen.add(key)
-                notes.append("W%d %s: %s" % (rec["workload"], rec["system"], n))
+                notes.append("W%s %s: %s" % (rec["workload"], rec["system"], n))
     return notes

@@ -1,10 +1,11 @@
 """Summaries, pair-by-pair ratios, the Markdown table and the PNG chart (harness side, no numpy)."""
 import statistics
 
-from .systems import SYSTEMS
+from .systems import SYSTEMS, applies
 
 SERIAL = "dataflow-serial"
-SERIAL_RATIO_WORKLOADS = (4, 5)   # the goals there are relative to serial MapData
+TABLE = "dataflow-table"
+SERIAL_RATIO_WORKLOADS = (4, 5, "img")   # the goals there are relative to serial MapData
 
 
 def _stats(values):
@@ -34,6 +35,8 @@ def summarize(runs, workloads, systems):
     rows = []
     for w in workloads:
         for s in systems:
+            if not applies(s, w):
+                continue
             mine = [r for r in runs if r["workload"] == w and r["system"] == s]
             ok = [r for r in mine if r["status"] == "ok"]
             statuses = {}
@@ -51,6 +54,8 @@ def summarize(runs, workloads, systems):
                 "teardown_kind": sorted({r.get("teardown_kind") for r in ok if
                                          r.get("teardown_kind")}),
                 "errors": sorted({r["error"] for r in mine if r.get("error")}),
+                # what the system reported about itself (e.g. the executor MapData chose)
+                "details": sorted({r["detail"] for r in ok if r.get("detail")}),
             }
             counterpart = SYSTEMS[s][2]
             if counterpart is not None:
@@ -127,7 +132,7 @@ def markdown(rows, workloads_meta):
     out = [head, "|" + "---|" * 9]
     for row in rows:
         w = row["workload"]
-        label = "%d %s" % (w, workloads_meta[w])
+        label = "%s %s" % (w, workloads_meta[w])
         if row["ok"] == 0:
             tp = "**%s**" % (_failure_cell(row) or "no run")
             cells = [tp, "—", "—", "—"]
@@ -149,9 +154,32 @@ def markdown(rows, workloads_meta):
         serial = ""
         if w in SERIAL_RATIO_WORKLOADS and row["system"] != SERIAL:
             serial = _ratio_cell(row.get("serial_ratio"))
+        system = row["system"]
+        if row.get("details"):
+            system += " (%s)" % "; ".join(row["details"])
         out.append("| %s | %s | %d/%d | %s | %s | %s |" % (
-            label, row["system"], row["ok"], row["runs"], " | ".join(cells), ratio, serial))
+            label, system, row["ok"], row["runs"], " | ".join(cells), ratio, serial))
     return "\n".join(out)
+
+
+def img_choice_lines(runs, systems, workload="img"):
+    """Lines saying how the run-in-thread table's choice (``dataflow-table``) compares with every
+    other system on the image workload, pair by pair; empty when it did not run."""
+    if TABLE not in systems:
+        return []
+    chosen = sorted({r.get("detail") for r in runs if r["workload"] == workload
+                     and r["system"] == TABLE and r["status"] == "ok" and r.get("detail")})
+    parts = []
+    for other in systems:
+        if other == TABLE or not applies(other, workload):
+            continue
+        st = pair_ratio(runs, workload, TABLE, other)
+        parts.append("%s %s" % (other, _ratio_cell(st)))
+    if not parts:
+        return []
+    return ["- %s: the table's choice (%s) ÷ each system, images/s, repeat by repeat (> 1: the "
+            "table's choice is faster): %s" % (workload, "; ".join(chosen) or "no ok run",
+                                              ", ".join(parts))]
 
 
 # -------------------------------------------------------------------------------- chart
@@ -174,7 +202,10 @@ def write_png(rows, workloads_meta, path, title):
                            "÷ dataflow-serial (throughput)", lambda r: r["system"])) if p[0]]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4.2 * len(panels)), squeeze=False)
     for ax, (prow, key, ylabel, series_of) in zip(axes[:, 0], panels):
-        workloads = sorted({r["workload"] for r in prow})
+        workloads = []
+        for r in prow:                    # in the order run (ids mix ints and "img")
+            if r["workload"] not in workloads:
+                workloads.append(r["workload"])
         series = []
         for r in prow:
             if series_of(r) not in series:
@@ -196,7 +227,7 @@ def write_png(rows, workloads_meta, path, title):
                             ha="center", va="bottom", fontsize=6)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(workloads)))
-        ax.set_xticklabels(["%d: %s" % (w, workloads_meta[w]) for w in workloads])
+        ax.set_xticklabels(["%s: %s" % (w, workloads_meta[w]) for w in workloads], fontsize=7)
         ax.set_ylabel(ylabel)
         tops = [r[key]["max"] for r in prow] + [1.0]
         bottoms = [r[key]["min"] for r in prow if r[key]["min"] > 0] + [1.0]

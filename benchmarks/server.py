@@ -25,9 +25,10 @@ class ServerDied(Exception):
 class Server:
     """One fork server (``python -m benchmarks.zygote FAMILY``), its stderr kept in a log file."""
 
-    def __init__(self, family, dataflow_module):
+    def __init__(self, family, dataflow_module, workloads=()):
         self.family = family
         self.dataflow_module = dataflow_module
+        self.workloads = [str(w) for w in workloads]    # what the server prepares (img: JPEGs)
         self.proc = None
         self.ready = None        # the READY payload
         self.failure = None      # why the family is unavailable
@@ -41,7 +42,8 @@ class Server:
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._buf = b""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.zygote", self.family, self.dataflow_module],
+            [sys.executable, "-m", "benchmarks.zygote", self.family, self.dataflow_module,
+             ",".join(self.workloads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=env,
             start_new_session=True)
 

@@ -17,6 +17,9 @@ SYSTEMS = {
     "dataflow-processes": ("dataflow", "processes", None,
                            "dataflow.MultiProcessMapData(ds, num_proc=2, map_func=f, "
                            "buffer_size=200, strict=True)"),
+    "dataflow-table": ("dataflow", "table", None,
+                       "dataflow.MapData(ds, ops, num_parallel_workers=2, "
+                       "python_multiprocessing=True): where the run-in-thread table puts it"),
     "tensorpack-serial": ("tensorpack", "serial", "dataflow-serial",
                           "tensorpack MapData(RepeatedData(ds, -1), f)"),
     "tensorpack-threads": ("tensorpack", "threads", "dataflow-threads",
@@ -31,16 +34,60 @@ SYSTEMS = {
 }
 FAMILIES = ("dataflow", "tensorpack", "torch")
 
+# Systems that exist only for some workloads (every other system runs every workload).
+ONLY_FOR = {"dataflow-table": ("img",)}
+
+# What each system runs in workload "img" (ops = Decode, RandomCrop(224), RandomHorizontalFlip,
+# Normalize, HWC2CHW, all with index=0; g = the same in plain numpy/Pillow, workloads.py).
+IMG_DESCRIPTIONS = {
+    "dataflow-serial": "BatchData(MapData(ds, ops), 32)",
+    "dataflow-threads": "BatchData(MapData(ds, ops, num_parallel_workers=2, "
+                        "python_multiprocessing=False), 32)",
+    "dataflow-processes": "BatchData(MultiProcessMapData(ds, 2, <Python function calling "
+                          "Compose(ops)>, strict=True, ordered=True), 32)",
+    "dataflow-table": "BatchData(MapData(ds, ops, num_parallel_workers=2, "
+                      "python_multiprocessing=True), 32)",
+    "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), g), 32)",
+    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, 2, g, buffer_size=200, "
+                          "strict=True), 32)",
+    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, 2, g, buffer_size=200, "
+                            "strict=True), 32)",
+    "torch": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=2): batched in the loader",
+    "torch-serial": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=0)",
+}
+
+
+def applies(system, workload):
+    """Whether ``system`` runs ``workload`` at all."""
+    return workload in ONLY_FOR.get(system, (workload,))
+
+
+def description(system, workload):
+    return IMG_DESCRIPTIONS[system] if workload == "img" else SYSTEMS[system][3]
+
 # The dataflow names each dataflow system needs.
 _DATAFLOW_NEEDS = {
     "dataflow-serial": ("DataFromList", "MapData"),
     "dataflow-threads": ("DataFromList", "MultiThreadMapData"),
     "dataflow-processes": ("DataFromList", "MultiProcessMapData"),
+    "dataflow-table": ("DataFromList", "MapData", "BatchData", "ops"),
 }
+# ... and what workload "img" needs on top (the built-in ops; MapData with workers).
+_DATAFLOW_IMG_NEEDS = ("BatchData", "MapData", "MultiProcessMapData", "ops", "ops.Compose",
+                       "ops.Decode", "ops.RandomCrop", "ops.RandomHorizontalFlip",
+                       "ops.Normalize", "ops.HWC2CHW")
 
 # numpy 2 removed these aliases; tensorpack 0.11 uses some of them in a few places.
 _NUMPY_ALIASES = {"bool": bool, "object": object, "int": int, "float": float, "complex": complex,
                   "str": str, "long": int, "unicode": str}
+
+
+def _accepts(cls, arg):
+    import inspect
+    try:
+        return arg in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _version(mod):
@@ -56,9 +103,30 @@ class Family:
         self.dataflow_module = dataflow_module
         self.mods = {}
         self.available = {}      # system -> None (available) or the reason it is not
+        self.unavailable_for = {}  # workload -> {system: why it cannot run that workload}
         self.notes = []
         self.versions = {}
         getattr(self, "_load_" + name)()
+        self._check_img()
+
+    def _check_img(self):
+        from .workloads import img_available
+        reason = img_available()
+        missing = []
+        if self.name == "dataflow":
+            mod = self.mods["df"]
+            for path in _DATAFLOW_IMG_NEEDS:
+                obj = mod
+                for part in path.split("."):
+                    obj = getattr(obj, part, None)
+                if obj is None:
+                    missing.append(path)
+            if not missing and not _accepts(mod.MapData, "num_parallel_workers"):
+                missing.append("MapData(num_parallel_workers=...)")
+        if missing:
+            reason = "%s has no %s" % (self.dataflow_module, ", ".join(missing))
+        if reason:
+            self.unavailable_for["img"] = {s: reason for s in self._systems()}
 
     def _systems(self):
         return [s for s, spec in SYSTEMS.items() if spec[0] == self.name]
@@ -122,11 +190,12 @@ def _passes(df):
 class Stream:
     """A started system: ``it`` yields datapoints; ``teardown`` is what the run times."""
 
-    def __init__(self, obj, it, has_close, keep=()):
-        self.obj = obj
+    def __init__(self, obj, it, has_close, keep=(), detail=None):
+        self.obj = obj                # what teardown closes (or drops)
         self.it = it
         self.has_close = has_close
-        self.keep = list(keep)
+        self.keep = list(keep)        # more references teardown drops
+        self.detail = detail          # a note for the table (e.g. the executor the table chose)
 
     def teardown(self):
         """close() where the system has one, else drop every reference and gc.collect()."""
@@ -151,10 +220,14 @@ class Stream:
 def open_stream(family, system, workload, source, passes):
     """Construct the system over ``source`` and reset it; returns a :class:`Stream`.
 
-    ``passes`` is how many 10000-datapoint passes the run may consume (used by torch, whose
+    ``passes`` is how many passes over ``source`` the run may consume (used by torch, whose
     map-style dataset gets that length; dataflow and tensorpack just iterate pass after pass).
     """
     kind = SYSTEMS[system][1]
+    if not applies(system, workload.id):
+        raise ValueError("%s does not run workload %s" % (system, workload.id))
+    if workload.batch:
+        return _open_img_stream(family, system, kind, workload, source, passes)
     f = workload.func
     if family.name == "dataflow":
         m = family.mods["df"]
@@ -187,4 +260,76 @@ def open_stream(family, system, workload, source, passes):
                                              batch_size=None)
         it = iter(loader)
         return Stream(loader, it, has_close=False)
+    raise ValueError(system)
+
+
+# ---------------------------------------------------------------------------- workload "img"
+def _dataflow_img_ops(m):
+    from .workloads import IMG_CROP, IMG_MEAN, IMG_STD
+    o = m.ops
+    return [o.Decode(index=0), o.RandomCrop(IMG_CROP, index=0), o.RandomHorizontalFlip(index=0),
+            o.Normalize(IMG_MEAN, IMG_STD, index=0), o.HWC2CHW(index=0)]
+
+
+def _python_op(chain):
+    """``chain`` inside a plain Python function: the run-in-thread table sees a Python op (not
+    native), so MultiProcessMapData keeps its processes. A closure, so that cloudpickle ships it
+    by value if the workers are not forked."""
+    def img_chain(dp):
+        return chain(dp)
+    return img_chain
+
+
+def _open_img_stream(family, system, kind, workload, source, passes):
+    """The image pipeline (decode, crop, flip, normalize, CHW) then batches of 32; the stream
+    yields batches."""
+    bs = workload.batch
+    if family.name == "dataflow":
+        m = family.mods["df"]
+        ds = m.DataFromList(source, shuffle=False)
+        ops = _dataflow_img_ops(m)
+        if kind == "serial":
+            mapped = m.MapData(ds, ops)
+            want = "serial"
+        elif kind == "threads":
+            mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=False)
+            want = "thread"
+        elif kind == "processes":
+            mapped = m.MultiProcessMapData(ds, 2, _python_op(m.ops.Compose(ops)), strict=True,
+                                           ordered=True)
+            want = "process"
+        else:    # "table": what the run-in-thread table picks when processes are allowed
+            mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=True)
+            want = None
+        executor = getattr(mapped, "executor", None)
+        if want is not None and executor != want:
+            raise AssertionError("%s: expected .executor == %r, got %r" % (system, want, executor))
+        df = m.BatchData(mapped, bs)
+        df.reset_state()
+        return Stream(mapped, _passes(df), has_close=callable(getattr(mapped, "close", None)),
+                      keep=[df], detail="executor=%s" % executor)
+    if family.name == "tensorpack":
+        tp = family.mods["tp"]
+        f = workload.func
+        ds = tp.DataFromList(source, shuffle=False)
+        if kind == "serial":
+            df = tp.BatchData(tp.MapData(tp.RepeatedData(ds, -1), f), bs)
+            df.reset_state()
+            return Stream(df, iter(df), has_close=False)
+        if kind == "threads":
+            mapped = tp.MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)
+        else:
+            mapped = tp.MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, strict=True)
+        df = tp.BatchData(mapped, bs)
+        df.reset_state()
+        return Stream(df, _passes(df), has_close=False)
+    if family.name == "torch":
+        torch = family.mods["torch"]
+        workers = 2 if kind == "processes" else 0
+        dataset = family.mods["torch_ds"].MapStyleDataset(source, workload.func,
+                                                          passes * len(source))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=workers)
+        return Stream(loader, iter(loader), has_close=False,
+                      detail="batch_size=%d in the DataLoader%s"
+                      % (bs, ", collated in its workers" if workers else ""))
     raise ValueError(system)

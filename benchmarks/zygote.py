@@ -1,4 +1,5 @@
-"""Fork server of one family of systems: ``python -m benchmarks.zygote FAMILY [DATAFLOW_MODULE]``.
+"""Fork server of one family of systems:
+``python -m benchmarks.zygote FAMILY [DATAFLOW_MODULE [WORKLOAD,...]]``.
 
 It imports the family once (torch alone takes ~2 s to import), then for each command line read on
 stdin forks a fresh child that measures one run and exits the normal way. Each run thus gets a
@@ -41,21 +42,29 @@ def _blas_info():
 
 
 def measure(family, cmd):
-    """The body of one run, in the forked child."""
+    """The body of one run, in the forked child.
+
+    ``count`` is in datapoints of the workload's output; for a batched workload ("img") the
+    stream yields batches of ``wl.batch`` and the run reads ``count // wl.batch`` of them after
+    the first (so throughput is in images/s).
+    """
     from .systems import open_stream
-    from .workloads import N_SOURCE, WORKLOADS, consume
+    from .workloads import WORKLOADS, consume
 
     system = cmd["system"]
     wl = WORKLOADS[cmd["workload"]]
     count = int(cmd["count"])
-    passes = max(1, math.ceil((count + 1) / N_SOURCE))
-    source = [[k] for k in range(N_SOURCE)]
+    per_item = wl.batch or 1
+    items = count // per_item
+    count = items * per_item
+    source = wl.source()
+    passes = max(1, math.ceil((count + per_item) / len(source)))
     gc.collect()
 
     t0 = time.perf_counter()
     stream = open_stream(family, system, wl, source, passes)
     first = next(stream.it)
-    nbytes = consume(first)
+    consume(first)
     t1 = time.perf_counter()
     good = bool(wl.check(first))
     del first
@@ -63,15 +72,16 @@ def measure(family, cmd):
     send("STAGE", {"stage": "started", "startup_s": startup})
 
     nxt = stream.it.__next__
-    received = 0
+    received = nbytes = 0          # bytes received in the measured window (after the first)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
     try:
-        for received in range(1, count + 1):   # noqa: B007
+        for received in range(1, items + 1):   # noqa: B007
             nbytes += consume(nxt())
     except StopIteration:
-        raise RuntimeError("the stream ended after %d datapoints; expected %d (%d passes of %d)"
-                           % (received, count + 1, passes, N_SOURCE)) from None
+        raise RuntimeError("the stream ended after %d items; expected %d (%d passes of %d "
+                           "datapoints, %d datapoints per item)"
+                           % (received, items + 1, passes, len(source), per_item)) from None
     t3 = time.perf_counter()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     del nxt
@@ -79,6 +89,7 @@ def measure(family, cmd):
     send("STAGE", {"stage": "measured", "startup_s": startup, "measure_s": measure_s,
                    "bytes": nbytes})
 
+    stream_detail = stream.detail
     teardown_kind = "close()" if stream.has_close else "del+gc.collect()"
     t4 = time.perf_counter()
     stream.teardown()
@@ -95,6 +106,7 @@ def measure(family, cmd):
         "teardown_kind": teardown_kind,
         "cpu_main_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
         "output_ok": good,
+        "detail": stream_detail,
     }
 
 
@@ -152,7 +164,7 @@ def _decode(status):
     return {"signal": None, "code": os.WEXITSTATUS(status)}
 
 
-def serve(family_name, dataflow_module):
+def serve(family_name, dataflow_module, workloads=()):
     global _PROTO
     _PROTO = os.dup(1)
     os.dup2(2, 1)            # whatever the systems print goes to stderr (the harness's log file)
@@ -166,13 +178,19 @@ def serve(family_name, dataflow_module):
         send("FAIL", {"error": "%s: %s" % (type(exc).__name__, exc),
                       "traceback": traceback.format_exc()[-3000:]})
         return 1
+    if "img" in workloads and not family.unavailable_for.get("img"):
+        # Once here, not in every run: encode the JPEGs (this also imports Pillow's JPEG plugin,
+        # which the runs then find loaded, as a long-running program would).
+        from .workloads import jpeg_source
+        jpeg_source()
     import numpy
     # Objects that exist now (the imports) are left out of every later collection: gc.collect()
     # in a run then costs what the run created, and a forked child does not take copy-on-write
     # faults on the whole heap of torch's import (~0.1-0.5 s) at its first collection.
     gc.collect()
     gc.freeze()
-    send("READY", {"available": family.available, "notes": family.notes,
+    send("READY", {"available": family.available, "unavailable_for": family.unavailable_for,
+                   "notes": family.notes,
                    "versions": dict(family.versions, numpy=numpy.__version__),
                    "blas": _blas_info(), "pid": os.getpid()})
 
@@ -202,4 +220,5 @@ def serve(family_name, dataflow_module):
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "dataflow"))
+    sys.exit(serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "dataflow",
+                   sys.argv[3].split(",") if len(sys.argv) > 3 else ()))
