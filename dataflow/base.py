@@ -28,6 +28,14 @@ class DataFlowReentrantGuard:
     def __init__(self):
         self._lock = threading.Lock()
 
+    # A dataflow that holds a guard may be sent to worker processes (a runner ships its copy):
+    # the copy gets a fresh, unlocked guard.
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
     def __enter__(self):
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("This DataFlow is not reentrant: it is already being iterated "

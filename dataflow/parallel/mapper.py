@@ -319,14 +319,15 @@ class ParallelMapData(ProxyDataFlow):
                 return index, False
             items = []
             for dp in source:
-                items.append((st.next_seq, index, dp))
-                st.outstanding[st.next_seq] = index
-                st.next_seq += 1
+                items.append((st.next_seq + len(items), index, dp))
                 index += 1
                 if len(items) == n:
                     break
             if items:
-                ex.submit(st.run, items)
+                ex.submit(st.run, items)      # may raise (a datapoint that cannot be sent)
+                st.next_seq += len(items)
+                for seq, i, _ in items:
+                    st.outstanding[seq] = i
             if len(items) < n:
                 return index, True
             room -= n

@@ -51,6 +51,8 @@ logger = logging.getLogger("dataflow")
 
 # How often an idle worker checks that its consumer still exists (seconds).
 _LIVENESS_INTERVAL = 0.25
+# After a worker's death, how long to wait for a last message it sent (milliseconds).
+_LAST_WORDS_MS = 100
 # Each worker runs ahead of the consumer only while the shared memory of its results (held on the
 # consumer side, or to come) stays under this budget, so the pool stays small and is reused
 # instead of growing to buffer_size results of any size. Workers still run ahead whenever the
@@ -73,6 +75,13 @@ def default_start_method():
     if "fork" in methods and threading.active_count() == 1:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _checked_start_method(method):
+    if method is not None and method not in mp.get_all_start_methods():
+        raise ValueError(f"start_method must be None or one of {mp.get_all_start_methods()}, "
+                         f"got {method!r}")
+    return method
 
 
 class _Shipped:
@@ -471,6 +480,10 @@ class ProcessExecutor:
     def _died(self, w):
         """A worker's process ended: replace it, or report it."""
         w.process.join()
+        # A worker that reported a failure and exited may be seen dead before its report is
+        # read: give the report a moment to arrive, so the user sees the real exception.
+        if w.sock.poll(_LAST_WORDS_MS):
+            self._drain(w)
         how = describe_exit(w.process.exitcode)
         held = w.held()
         message = (f"worker process {w.process.pid} (worker {w.wid}) {how}"
@@ -561,7 +574,7 @@ class MultiProcessMapData(ParallelMapData):
                          buffer_size=buffer_size, strict=strict, ordered=ordered,
                          on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_proc = self.num_workers
-        self.start_method = start_method
+        self.start_method = _checked_start_method(start_method)
         self.max_restarts = max_restarts
         # The run-in-thread table: a map of native ops needs no processes.
         self.executor = choose_executor(map_func, self.num_workers, True)
@@ -601,7 +614,7 @@ class MultiProcessRunner(ParallelMapData):
                  timeout=None):
         self.num_prefetch = num_prefetch
         self.num_proc = num_proc
-        self.start_method = start_method
+        self.start_method = _checked_start_method(start_method)
         self.max_restarts = max_restarts
         super().__init__(_Tickets(dataflow_length(ds)), num_proc, _OwnCopy(ds),
                          buffer_size=num_prefetch, timeout=timeout)
