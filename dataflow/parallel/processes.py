@@ -232,8 +232,20 @@ _preload_lock = threading.Lock()
 _start_lock = threading.Lock()
 
 
+def _fresh_locks_after_fork():
+    # A child forked while this process held one of these locks (starting workers of its own)
+    # would find it locked forever: a nested pipeline in a forked worker would hang.
+    global _preload_lock, _start_lock
+    _preload_lock = threading.Lock()
+    _start_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
 @contextlib.contextmanager
-def _without_main_module():
+def _without_main_module(method):
     """Start spawned/forkserver workers without re-running the user's main module in them.
 
     multiprocessing normally imports ``__main__`` in each such child so that pickled references
@@ -242,6 +254,9 @@ def _without_main_module():
     written for fork, have no such guard. While our workers start, the preparation data that
     multiprocessing sends them leaves the main module out.
     """
+    if method == "fork":               # a forked child gets no preparation data
+        yield
+        return
     original = mp_spawn.get_preparation_data
 
     def preparation_without_main(name):
@@ -339,7 +354,7 @@ class ProcessExecutor:
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
                   os.getpid(), self._pdeathsig))
         try:
-            with _without_main_module(), warnings.catch_warnings():
+            with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
                 # other Python thread, and C-level threads (BLAS pools, ZeroMQ's I/O thread)
                 # are fork-aware.
