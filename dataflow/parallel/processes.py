@@ -23,6 +23,7 @@ import multiprocessing.forkserver as mp_forkserver
 import multiprocessing.spawn as mp_spawn
 import os
 import pickle
+import re
 import select
 import signal
 import socket
@@ -143,11 +144,16 @@ def _keep_freed_memory():
         pass
 
 
-def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig):
+def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
+                 forked_by_consumer):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
+    parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
     if pdeathsig:
         die_with_parent()
+    # The parent may have died before the kernel was asked to tell us: then nobody will.
+    if os.getppid() != parent or (forked_by_consumer and parent != consumer_pid):
+        return
     _leave_fork_server()
     _keep_freed_memory()
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
@@ -163,11 +169,11 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
         desc = f"map function {func_name(func)}"
         while True:
             if not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
-                if not process_alive(consumer_pid):
+                if os.getppid() != parent or not process_alive(consumer_pid):
                     break
                 continue
             frames = sock.recv_multipart()
-            if not process_alive(consumer_pid):       # orphaned with work still queued
+            if os.getppid() != parent:                # orphaned with work still queued
                 break
             kind, released, run, items = transport.decode_task(frames)
             if kind != transport.TASK:
@@ -216,6 +222,37 @@ class _Worker:
         held = self.held()
         return ", ".join(f"#{i}" for i in held[:20]) + (" ..." if len(held) > 20 else "")
 
+
+def _remove_fork_server_address_at_exit():
+    """In multiprocessing's fork server (which preloads this module): remove its listening
+    socket file, ``/tmp/pymp-*/listener-*``, when the server exits.
+
+    Only the consumer's exit hook removes that file, so a consumer killed by SIGKILL would leave
+    it behind; the server exits right after its consumer, whatever killed it.
+    """
+    argv = getattr(sys, "orig_argv", [])
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    found = re.match(r"from multiprocessing\.forkserver import main; main\((\d+),", code)
+    if not found:
+        return
+    try:
+        with socket.socket(socket.AF_UNIX, fileno=os.dup(int(found.group(1)))) as listener:
+            path = listener.getsockname()
+    except OSError:
+        return
+    if isinstance(path, str) and os.path.basename(os.path.dirname(path)).startswith("pymp-"):
+        atexit.register(_remove_socket_file, path)
+
+
+def _remove_socket_file(path):
+    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(target)
+        except OSError:
+            pass
+
+
+_remove_fork_server_address_at_exit()
 
 _live_executors = weakref.WeakSet()
 
@@ -352,7 +389,7 @@ class ProcessExecutor:
         p = self._mp.Process(
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
-                  os.getpid(), self._pdeathsig))
+                  os.getpid(), self._pdeathsig, self.start_method != "forkserver"))
         try:
             with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
@@ -495,9 +532,9 @@ class ProcessExecutor:
     def _died(self, w):
         """A worker's process ended: replace it, or report it."""
         w.process.join()
-        # A worker that reported a failure and exited may be seen dead before its report is
-        # read: give the report a moment to arrive, so the user sees the real exception.
-        if w.sock.poll(_LAST_WORDS_MS):
+        # A worker that reported a failure exits normally, and may be seen dead before its
+        # report is read: give the report a moment to arrive, so the user sees the real error.
+        if w.process.exitcode == 0 and w.sock.poll(_LAST_WORDS_MS):
             self._drain(w)
         how = describe_exit(w.process.exitcode)
         held = w.held()

@@ -47,14 +47,19 @@ def die_with_parent():
 
 
 def process_alive(pid):
-    """Whether process ``pid`` still exists."""
+    """Whether process ``pid`` still runs. A dead process that its parent has not reaped yet (a
+    zombie) counts as dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):   # no /proc (not Linux), or it just went away
+        return True
 
 
 def describe_exit(exitcode):
