@@ -19,6 +19,7 @@ from .parallel.threads import MultiThreadMapData, MultiThreadRunner
 from .parallel.processes import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
                                  MultiProcessMapData, MultiProcessMapDataZMQ, MultiProcessRunner,
                                  MultiProcessRunnerZMQ)
+from .parallel.ray import RayMapData, RayRunner          # Ray itself is imported on use
 from .parallel.shm import SharedMemoryError, shared_empty
 from .parallel.supervisor import WorkerCrashedError
 

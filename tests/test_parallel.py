@@ -375,3 +375,14 @@ def test_closing_the_head_closes_the_whole_pipeline():
     assert sorted(v for b in head for v in b[0]) == [8 * i for i in range(40)]
     head.close()            # no close() on inner or middle: the no_leaks fixture checks them
     head.close()
+
+
+def test_resuming_a_pass_after_close_raises_clearly(make):
+    df = make(Numbers(100), 2, double, strict=True, buffer_size=10)
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    df.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        for _ in range(100):
+            next(it)

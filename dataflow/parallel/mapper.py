@@ -335,6 +335,8 @@ class ParallelMapData(ProxyDataFlow):
 
     def _room(self):
         st = self._state
+        if st is None:                 # close() while a pass was suspended
+            raise RuntimeError(CLOSED_WHILE_ITERATING)
         room = self.buffer_size - len(st.outstanding) - len(st.held) - len(st.ready)
         if st.per_item is None:
             # No timing yet: one datapoint per worker (and one spare each) until the first

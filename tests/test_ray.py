@@ -1,0 +1,379 @@
+"""RayMapData, RayRunner and RayExecutor: the mapper's guarantees on Ray actors.
+
+One local Ray instance (2 CPUs, no dashboard) serves every test here; starting it takes a few
+seconds, each executor's actors a fraction of one.
+"""
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import dataflow as D                                        # noqa: E402
+from dataflow.parallel.mapper import OK, WorkerTraceback        # noqa: E402
+from dataflow.parallel.ray import RayExecutor, RayMapData, RayRunner   # noqa: E402
+from dataflow.parallel.threads import Constant              # noqa: E402
+
+N = 120
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray instance for this file's tests, started once and shut down at the end if this
+    fixture started it. Module scope (only this file uses it, so it starts once per session
+    anyway): Ray's raylet, GCS and idle workers, which Ray starts and stops on its own, must not
+    run under pytest during other files, whose leak checks count child processes."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def points(n=N):
+    return D.DataFromList([[k] for k in range(n)], shuffle=False)
+
+
+def square(dp):
+    return [dp[0], dp[0] * dp[0]]
+
+
+def serial(ds, func):
+    ds.reset_state()
+    return [r for r in (func(dp) for dp in ds) if r is not None]
+
+
+def first_time(path):
+    """True the first time it is called for ``path`` in any process (O_CREAT | O_EXCL)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
+class DieOnce:
+    """A map function whose actor exits (``os._exit(1)``) on datapoint ``at``, the first time."""
+
+    def __init__(self, flag, at):
+        self.flag, self.at = str(flag), at
+
+    def __call__(self, dp):
+        if dp[0] == self.at and first_time(self.flag):
+            os._exit(1)
+        return square(dp)
+
+
+def wait_until(cond, seconds=15.0):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# -- without a Ray session ---------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_dataflow_never_imports_ray_and_says_how_to_install_it():
+    code = (
+        "import sys\n"
+        "import dataflow, dataflow.parallel.ray as r\n"
+        "assert 'ray' not in sys.modules, 'importing dataflow imported ray'\n"
+        "sys.modules['ray'] = None\n"                       # as if Ray were not installed
+        "try:\n"
+        "    r.RayMapData(dataflow.DataFromList([[1]]), 1, lambda d: d)\n"
+        "except ImportError as e:\n"
+        "    assert 'pip install \"dataflow-rt[ray]\"' in str(e), str(e)\n"
+        "else:\n"
+        "    raise SystemExit('no ImportError')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=50)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.timeout(30)
+def test_debug_mode_runs_serially_without_ray():
+    D.config.set_debug_mode(True)
+    try:
+        df = RayMapData(points(10), 2, square, strict=True)
+    finally:
+        D.config.set_debug_mode(False)
+    assert df.executor == "serial"
+    with df:
+        df.reset_state()
+        assert list(df) == serial(points(10), square)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        RayMapData(points(), 2, square, max_restarts=-1)
+    with pytest.raises(ValueError):
+        RayMapData(points(), 2, square, num_cpus_per_worker=0)
+    with pytest.raises(ValueError):
+        RayMapData(points(), 0, square)
+
+
+# -- the mapper's guarantees on Ray -------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_strict_yields_each_datapoint_once_per_pass(ray_session):
+    with RayMapData(points(), 2, square, strict=True) as df:
+        assert df.executor == "ray"
+        df.reset_state()
+        want = sorted(serial(points(), square))
+        for _ in range(2):
+            assert sorted(df) == want
+
+
+@pytest.mark.timeout(60)
+def test_ordered_equals_serial(ray_session):
+    def jitter(dp):
+        time.sleep(0.002 * (dp[0] % 3))
+        return square(dp)
+
+    with RayMapData(points(), 2, jitter, strict=True, ordered=True, buffer_size=40) as df:
+        df.reset_state()
+        assert list(df) == serial(points(), square)
+
+
+@pytest.mark.timeout(60)
+def test_non_strict_pass_has_len_ds(ray_session):
+    with RayMapData(points(50), 2, square) as df:
+        df.reset_state()
+        first, second = list(df), list(df)
+    assert len(first) == len(second) == 50
+    assert {tuple(x) for x in first + second} <= {tuple(x) for x in serial(points(50), square)}
+
+
+@pytest.mark.timeout(60)
+def test_arrays_arrive_writable_both_ways(ray_session):
+    def add_one(dp):
+        dp[1] += 1                  # the input array must be writable, as in a thread
+        return [dp[0], dp[1], np.full((300, 300), dp[0], np.uint8)]
+
+    src = D.DataFromList([[k, np.zeros(50_000)] for k in range(10)], shuffle=False)
+    with RayMapData(src, 2, add_one, strict=True, ordered=True) as df:
+        df.reset_state()
+        out = list(df)
+    assert [o[0] for o in out] == list(range(10))
+    for k, a, b in out:
+        assert a.flags.writeable and b.flags.writeable
+        assert (a == 1).all() and (b == k).all()
+        b[0, 0] = 7                 # the consumer may write too
+
+
+def fail_on_7(dp):
+    if dp[0] % 10 == 7:
+        raise KeyError(f"boom at {dp[0]}")
+    return square(dp)
+
+
+@pytest.mark.timeout(60)
+def test_error_has_original_type_and_worker_traceback(ray_session):
+    with RayMapData(points(), 2, fail_on_7, strict=True) as df:
+        df.reset_state()
+        with pytest.raises(KeyError) as info:
+            list(df)
+    cause = info.value.__cause__
+    assert isinstance(cause, WorkerTraceback)
+    assert "fail_on_7" in cause.text and "boom at" in cause.text and "raise KeyError" in cause.text
+
+
+@pytest.mark.timeout(60)
+def test_skip_and_replace(ray_session):
+    with RayMapData(points(), 2, fail_on_7, strict=True, on_error="skip") as df:
+        df.reset_state()
+        out = list(df)
+        assert sorted(out) == sorted(serial(points(), lambda dp: None if dp[0] % 10 == 7
+                                            else square(dp)))
+        assert df.num_skipped == N // 10
+    with RayMapData(points(), 2, fail_on_7, strict=True, on_error="replace") as df:
+        df.reset_state()
+        assert len(list(df)) == N and df.num_replaced == N // 10
+    with RayMapData(points(), 2, fail_on_7, strict=True, on_error="skip", max_errors=3) as df:
+        df.reset_state()
+        with pytest.raises(KeyError):
+            list(df)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_and_hang_warning_name_the_actor(ray_session, caplog):
+    def slow(dp):
+        if dp[0] == 3:
+            time.sleep(30)
+        return dp
+
+    hang = D.config.hang_timeout()
+    D.config.set_hang_timeout(0.3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="dataflow"):
+            # timeout counts from submission, actor start included: leave room for that
+            with RayMapData(points(10), 2, slow, strict=True, timeout=3.0) as df:
+                df.reset_state()
+                with pytest.raises(TimeoutError, match=r"#3\b.* have been in Ray actor "
+                                   r"dataflow-\S+ \(worker \d, pid \d+ on .*timeout=3.0"):
+                    list(df)
+    finally:
+        D.config.set_hang_timeout(hang)
+    assert any("hang_timeout=0.3" in r.getMessage() and "ray stack" in r.getMessage()
+               for r in caplog.records)
+
+
+# -- dead actors --------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_dead_actor_raises_worker_crashed_error(ray_session, tmp_path):
+    with RayMapData(points(), 2, DieOnce(tmp_path / "died", 17), strict=True) as df:
+        df.reset_state()
+        with pytest.raises(D.WorkerCrashedError) as info:
+            list(df)
+    err = info.value
+    assert 17 in err.datapoints
+    msg = str(err)
+    assert "Ray actor dataflow-" in msg and "#17" in msg and "died" in msg, msg
+    assert err.pid is None or err.pid > 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ordered", [False, True])
+def test_dead_actor_is_restarted_and_the_pass_is_exactly_once(ray_session, tmp_path, caplog,
+                                                               ordered):
+    func = DieOnce(tmp_path / "died", 17)
+    with caplog.at_level(logging.WARNING, logger="dataflow"):
+        with RayMapData(points(), 2, func, strict=True, ordered=ordered, max_restarts=1) as df:
+            df.reset_state()
+            out = list(df)
+            assert df._exec.restarts == 1
+            again = list(df)
+    want = serial(points(), square)
+    assert (out if ordered else sorted(out)) == want
+    assert sorted(again) == want
+    assert any("restart 1 of 1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.timeout(60)
+def test_second_death_exceeds_max_restarts(ray_session, tmp_path):
+    def die_twice(dp):
+        if dp[0] in (17, 60) and first_time(str(tmp_path / f"died-{dp[0]}")):
+            os._exit(1)
+        return square(dp)
+
+    with RayMapData(points(), 2, die_twice, strict=True, ordered=True, max_restarts=1) as df:
+        df.reset_state()
+        with pytest.raises(D.WorkerCrashedError, match="max_restarts=1"):
+            list(df)
+
+
+def _cannot_load():
+    raise ImportError("no module named mypipeline (simulated)")
+
+
+class Unloadable:
+    """A map function that cannot be unpickled where it runs (its module missing there, say)."""
+
+    def __reduce__(self):
+        return _cannot_load, ()
+
+    def __call__(self, dp):
+        return dp
+
+
+@pytest.mark.timeout(60)
+def test_actor_that_cannot_be_created_is_not_restarted(ray_session):
+    with RayMapData(points(10), 2, Unloadable(), strict=True, max_restarts=3) as df:
+        df.reset_state()
+        with pytest.raises(D.WorkerCrashedError, match="could not be created") as info:
+            list(df)
+        assert df._exec.restarts == 0
+    assert "no module named mypipeline (simulated)" in str(info.value)
+
+
+# -- runner, make_func, shutdown ----------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_runner_yields_len_ds_per_pass(ray_session):
+    with RayRunner(points(30), 2, num_prefetch=10) as r:
+        assert r.executor == "ray" and len(r) == 30
+        r.reset_state()
+        for _ in range(3):
+            out = list(r)
+            assert len(out) == 30
+            assert all(0 <= dp[0] < 30 for dp in out)
+
+
+class BrokenSource(D.DataFlow):
+    def reset_state(self):
+        raise OSError("cannot open the shard")
+
+    def __iter__(self):
+        yield [0]
+
+    def __len__(self):
+        return 1
+
+
+@pytest.mark.timeout(60)
+def test_runner_make_func_error_keeps_its_type(ray_session):
+    with RayRunner(BrokenSource(), 1) as r:
+        r.reset_state()
+        with pytest.raises(OSError, match="cannot open the shard"):
+            list(r)
+
+
+@pytest.mark.timeout(60)
+def test_close_kills_our_actors(ray_session):
+    df = RayMapData(points(), 2, square, strict=True)
+    df.reset_state()
+    ex = df._exec
+    names = ex.actor_names
+    handles = [s.actor for s in ex._slots]
+    assert set(names) <= set(ray.util.list_named_actors())
+    it = iter(df)
+    next(it)                                # work in flight
+    t0 = time.monotonic()
+    df.close()
+    assert time.monotonic() - t0 < 0.5
+    it.close()
+    assert wait_until(lambda: not set(names) & set(ray.util.list_named_actors())), \
+        ray.util.list_named_actors()
+    for h in handles:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(h.info.remote(), timeout=15)
+    assert ray.is_initialized()             # close() never shuts Ray down
+
+
+@pytest.mark.timeout(60)
+def test_executor_contract_directly(ray_session):
+    ex = RayExecutor(2, Constant(square))
+    try:
+        assert ex.kind == "ray"
+        for i in range(0, 20, 5):
+            ex.submit(0, [(s, s, [s]) for s in range(i, i + 5)])
+        got = []
+        while len(got) < 20:
+            results, busy = ex.get(timeout=30)
+            assert busy >= 0
+            got += results
+        assert sorted(got) == [(s, OK, [s, s * s]) for s in range(20)]
+    finally:
+        ex.close()
+        ex.close()                          # idempotent
+
+
+@pytest.mark.timeout(60)
+def test_small_buffer_for_many_actors_is_reported(ray_session, caplog):
+    def slow(dp):
+        time.sleep(0.004)
+        return dp
+
+    with caplog.at_level(logging.WARNING, logger="dataflow"):
+        with RayMapData(points(40), 2, slow, strict=True, buffer_size=4) as df:
+            df.reset_state()
+            assert len(list(df)) == 40
+    assert any("use buffer_size >=" in r.getMessage() for r in caplog.records)
