@@ -20,6 +20,12 @@ SYSTEMS = {
     "dataflow-table": ("dataflow", "table", None,
                        "dataflow.MapData(ds, ops, num_parallel_workers=2, "
                        "python_multiprocessing=True): where the run-in-thread table puts it"),
+    "dataflow-processes-1": ("dataflow", "processes-1", None,
+                             "dataflow.MultiProcessMapData(ds, num_proc=1, map_func=f, "
+                             "buffer_size=200, strict=True)"),
+    "dataflow-processes-auto": ("dataflow", "processes-auto", None,
+                                "dataflow.MultiProcessMapData(ds, num_proc=\"auto\", map_func=f, "
+                                "buffer_size=200, strict=True): autotuned workers"),
     "tensorpack-serial": ("tensorpack", "serial", "dataflow-serial",
                           "tensorpack MapData(RepeatedData(ds, -1), f)"),
     "tensorpack-threads": ("tensorpack", "threads", "dataflow-threads",
@@ -35,7 +41,9 @@ SYSTEMS = {
 FAMILIES = ("dataflow", "tensorpack", "torch")
 
 # Systems that exist only for some workloads (every other system runs every workload).
-ONLY_FOR = {"dataflow-table": ("img",)}
+ONLY_FOR = {"dataflow-table": ("img",),
+            # autotuning against the fixed counts: the workloads whose work is in the workers
+            "dataflow-processes-1": (4, 5), "dataflow-processes-auto": (4, 5)}
 
 # What each system runs in workload "img" (ops = Decode, RandomCrop(224), RandomHorizontalFlip,
 # Normalize, HWC2CHW, all with index=0; g = the same in plain numpy/Pillow, workloads.py).
@@ -70,6 +78,8 @@ _DATAFLOW_NEEDS = {
     "dataflow-serial": ("DataFromList", "MapData"),
     "dataflow-threads": ("DataFromList", "MultiThreadMapData"),
     "dataflow-processes": ("DataFromList", "MultiProcessMapData"),
+    "dataflow-processes-1": ("DataFromList", "MultiProcessMapData"),
+    "dataflow-processes-auto": ("DataFromList", "MultiProcessMapData", "stats"),
     "dataflow-table": ("DataFromList", "MapData", "BatchData", "ops"),
 }
 # ... and what workload "img" needs on top (the built-in ops; MapData with workers).
@@ -237,7 +247,8 @@ def open_stream(family, system, workload, source, passes):
         elif kind == "threads":
             df = m.MultiThreadMapData(ds, num_thread=2, map_func=f, buffer_size=200, strict=True)
         else:
-            df = m.MultiProcessMapData(ds, num_proc=2, map_func=f, buffer_size=200, strict=True)
+            n = {"processes-1": 1, "processes-auto": "auto"}.get(kind, 2)
+            df = m.MultiProcessMapData(ds, num_proc=n, map_func=f, buffer_size=200, strict=True)
         df.reset_state()
         return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)))
     if family.name == "tensorpack":

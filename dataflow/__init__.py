@@ -22,6 +22,8 @@ from .parallel.processes import (MultiProcessMapAndBatchData, MultiProcessMapAnd
 from .parallel.ray import RayMapData, RayRunner          # Ray itself is imported on use
 from .parallel.shm import SharedMemoryError, shared_empty
 from .parallel.supervisor import WorkerCrashedError
+from .stats import (enable_stats, format_stats, log_stats, print_stats, reset_stats, stats,
+                    stats_enabled)
 
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ

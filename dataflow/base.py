@@ -7,6 +7,7 @@ it is where a dataflow seeds its random state or starts its workers.
 import threading
 
 from . import rng as _rng
+from .stats import instrument as _instrument_stats
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
            "DataFlowReentrantGuard"]
@@ -53,6 +54,10 @@ class DataFlow:
     Subclasses implement ``__iter__`` (one pass over the data) and, when the number of datapoints
     per pass is known, ``__len__``.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _instrument_stats(cls)      # every dataflow records statistics (dataflow.stats)
 
     def __iter__(self):
         raise NotImplementedError

@@ -16,6 +16,7 @@ import numpy as np
 from . import rng as _rng
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .raw import _guard_of, _require_rng
+from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
 
 __all__ = ["TestDataSpeed", "PrintData", "BatchData", "BatchDataByShape", "FixedSizeData",
            "MapData", "MapDataComponent", "RepeatedData", "RepeatedDataPoint",
@@ -54,12 +55,18 @@ class TestDataSpeed(ProxyDataFlow):
     otherwise a line every ``print_interval`` seconds), prints the speed and returns it in
     datapoints per second. Iterating this dataflow runs the test first, then yields the
     datapoints of ``ds``.
+
+    At the end it prints the statistics of the pipeline over the timed datapoints (the table of
+    :func:`dataflow.print_stats`, which names the bottleneck stage); set ``show_stats = False``
+    on the class or the instance to skip it.
     """
 
     __test__ = False  # not a pytest test class, despite its name
 
     #: seconds between progress lines when tqdm is not available
     print_interval = 2.0
+    #: print the pipeline's statistics (dataflow.print_stats) after the test
+    show_stats = True
 
     def __init__(self, ds, size=5000, warmup=0):
         """
@@ -104,6 +111,7 @@ class TestDataSpeed(ProxyDataFlow):
         try:
             for _ in range(self.warmup):
                 next(itr)
+            _reset_stats(self.ds)          # the statistics cover the timed datapoints
             try:
                 import tqdm
             except ImportError:
@@ -131,6 +139,8 @@ class TestDataSpeed(ProxyDataFlow):
         speed = self.test_size / max(elapsed, 1e-9)
         print(f"TestDataSpeed: {self.test_size} datapoints in {elapsed:.3f}s, "
               f"{speed:.2f} datapoints/s", flush=True)
+        if self.show_stats and stats_enabled():
+            _print_stats(self.ds, wall=elapsed)
         return speed
 
     def start_test(self):
@@ -411,7 +421,9 @@ class MapData(ProxyDataFlow):
         Args:
             ds (DataFlow): input dataflow.
             func (datapoint -> datapoint | None, or a list of them): the mapping.
-            num_parallel_workers (int | None): run the map in this many workers.
+            num_parallel_workers (int | "auto" | None): run the map in this many workers;
+                ``"auto"`` starts with one and adjusts the count while the pipeline runs,
+                between 1 and the CPUs available (see :func:`dataflow.stats`).
             python_multiprocessing (bool): allow worker processes for Python ops.
             on_error, max_errors, max_restarts: see the class doc.
         """
@@ -419,9 +431,11 @@ class MapData(ProxyDataFlow):
         from .parallel.policy import choose_executor, describe_choice
         super().__init__(ds)
         ops = list(func) if isinstance(func, (list, tuple)) else [func]
-        self.executor = choose_executor(ops, num_parallel_workers, python_multiprocessing)
-        logger.debug("MapData: %s", describe_choice(ops, num_parallel_workers,
-                                                    python_multiprocessing))
+        # "auto" (autotuned workers) is placed like any parallel map
+        placed = 1 if isinstance(num_parallel_workers, str) and num_parallel_workers == "auto" \
+            else num_parallel_workers
+        self.executor = choose_executor(ops, placed, python_multiprocessing)
+        logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))
         self.func = func if callable(func) else Compose(fuse(ops))
         self._parallel = None
         if self.executor != "serial" or on_error != "raise":

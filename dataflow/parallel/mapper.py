@@ -21,6 +21,8 @@ import numpy as np
 
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
 from ..rng import set_datapoint_key
+from ..stats import ParallelStats
+from .autotune import AutoTuner
 
 __all__ = ["ParallelMapData", "Executor", "run_chunk", "WorkerError", "WorkerTraceback",
            "OK", "DROP", "ERR"]
@@ -217,14 +219,23 @@ class ParallelMapData(ProxyDataFlow):
     * Errors: see ``on_error`` and ``max_errors`` in the subclasses' docstrings.
     """
     executor = None
+    #: whether ``num_workers="auto"`` is accepted (the executor must add and retire workers)
+    _autotune_ok = True
 
     def __init__(self, ds, num_workers, map_func, *, buffer_size=200, strict=False,
                  ordered=False, on_error="raise", max_errors=None, timeout=None):
         super().__init__(ds)
         if map_func is None or not callable(map_func):
             raise TypeError(f"map_func must be callable, got {map_func!r}")
+        # "auto": start small and let an AutoTuner resize the pool while it runs.
+        self._tuner = None
+        if isinstance(num_workers, str) and num_workers == "auto" and self._autotune_ok:
+            self._tuner = AutoTuner()
+            num_workers = self._tuner.workers
         if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-            raise ValueError(f"the number of workers must be a positive int, got {num_workers!r}")
+            raise ValueError("the number of workers must be a positive int"
+                             + (' or "auto"' if self._autotune_ok else "")
+                             + f", got {num_workers!r}")
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
         if on_error not in ("raise", "skip", "replace"):
@@ -251,6 +262,7 @@ class ParallelMapData(ProxyDataFlow):
         self._exec = None
         self._finalizer = None
         self._state = None
+        self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
 
     # -- life cycle -------------------------------------------------------------------------
     def _make_executor(self):
@@ -266,6 +278,8 @@ class ParallelMapData(ProxyDataFlow):
         self._reset_source()
         self._state = _Pass()
         self.num_skipped = self.num_replaced = 0
+        if self._tuner is not None:
+            self.num_workers = self._tuner.restart()
         self._exec = self._make_executor()
         self._finalizer = weakref.finalize(self, self._exec.close)
 
@@ -351,7 +365,13 @@ class ParallelMapData(ProxyDataFlow):
         st, ex = self._state, self._exec
         if ex is None:
             raise RuntimeError(CLOSED_WHILE_ITERATING)
+        t0 = time.perf_counter()
         results, busy = ex.get(self.timeout)
+        t1 = time.perf_counter()
+        self._pstats.received(t1 - t0, len(results), busy,
+                              len(st.outstanding) + len(st.held) + len(st.ready))
+        if self._tuner is not None and self._tuner.observe(t1, t1 - t0, len(results), busy):
+            self._autotune(t1)
         if results:
             per_item = busy / len(results)
             st.per_item = per_item if st.per_item is None else 0.8 * st.per_item + 0.2 * per_item
@@ -367,6 +387,19 @@ class ParallelMapData(ProxyDataFlow):
             while st.expect in st.held:
                 st.ready.append(st.held.pop(st.expect))
                 st.expect += 1
+
+    def _autotune(self, now):
+        """Apply the tuner's decision: one worker more or fewer, in the running pool. Executors
+        that cannot resize (serial, Ray) keep their size."""
+        ex = self._exec
+        if not callable(getattr(ex, "add_worker", None)):
+            return
+        delta = self._tuner.decide(now, in_flight=len(self._state.outstanding))
+        if delta > 0:
+            ex.add_worker()
+        elif delta < 0:
+            ex.retire_worker()
+        self.num_workers = ex.num_workers
 
     def _strict_pass(self):
         st = self._state

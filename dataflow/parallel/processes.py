@@ -207,6 +207,12 @@ class _Worker:
         self.released = []          # segment ids to hand back with the next task
         self.busy_since = None      # when its current work last made progress
         self.next_warning = None    # when to report it as hung (again)
+        self.busy_s = 0.0           # seconds in the map function, as it reports them
+        self.shm_bytes = 0          # shared memory its results brought
+        self.started = time.monotonic()
+        self.ended = None
+        self.retiring = False       # autotuning: no new work; stop once its work is back
+        self.stopping = False       # told to stop: its exit is not a crash
 
     def expected_bytes(self, per_item):
         """Shared memory its results take: held by the consumer, and to come."""
@@ -363,6 +369,8 @@ class ProcessExecutor:
         self._bytes_per_item = None             # moving average of a result's shared memory
         self._poller = zmq.Poller()
         self._workers = []
+        self._gone = []                         # workers retired by the autotuner (statistics)
+        self.shm_bytes = 0                      # shared memory received from workers, in all
         self._by_sentinel = {}
         self._by_key = {}
         self._incarnations = itertools.count()
@@ -418,6 +426,60 @@ class ProcessExecutor:
     def pids(self):
         return [w.process.pid for w in self._workers if w is not None]
 
+    # -- resizing (autotuning) ------------------------------------------------------------------
+    @property
+    def num_workers(self):
+        """Workers that take new work (retiring ones excluded)."""
+        return sum(1 for w in self._workers if w is not None and not w.retiring)
+
+    def add_worker(self):
+        """One more worker: a retiring one that has not stopped yet is kept instead."""
+        for w in self._workers:
+            if w.retiring and not w.stopping:
+                w.retiring = False
+                return
+        used = {w.wid for w in self._workers}
+        wid = next(i for i in itertools.count() if i not in used)
+        self._workers.append(self._spawn(wid))
+        self._dispatch()
+
+    def retire_worker(self):
+        """One worker fewer: the least busy one gets no new work and is stopped once the results
+        of the work it holds are back (so nothing is lost or done twice). At least one stays."""
+        active = [w for w in self._workers if not w.retiring]
+        if len(active) <= 1:
+            return
+        w = min(reversed(active), key=lambda w: len(w.outstanding))
+        w.retiring = True
+        if not w.outstanding:
+            self._stop_worker(w)
+
+    def _stop_worker(self, w):
+        w.stopping = True
+        try:
+            w.sock.send(transport._pack([transport.STOP]))
+        except zmq.ZMQError:          # pragma: no cover - it is gone already: its exit will tell
+            pass
+
+    def _forget(self, w):
+        """A worker told to stop has exited: drop it from the pool."""
+        w.process.join()
+        w.ended = time.monotonic()
+        self._gone.append(w)
+        del self._gone[:-64]
+        self._workers.remove(w)
+        self._retire(w)
+
+    def worker_stats(self):
+        """Per worker process (and the last ones retired): its slot, seconds busy, shared memory
+        received, when it started and stopped."""
+        out = []
+        for w in list(self._workers) + list(self._gone):
+            state = "retired" if w.ended is not None else "retiring" if w.retiring else "running"
+            out.append({"key": w.key, "id": w.wid, "busy_s": w.busy_s, "started": w.started,
+                        "ended": w.ended, "state": state, "shm_bytes": w.shm_bytes})
+        return out
+
     def submit(self, run, items):
         self._backlog.append((run, items))
         self._dispatch()
@@ -438,11 +500,12 @@ class ProcessExecutor:
         self._collect_releases()
         while self._backlog:
             per_item = self._bytes_per_item or 0
-            ready = [w for w in self._workers if w.expected_bytes(per_item) < self.shm_budget]
+            ready = [w for w in self._workers
+                     if not w.retiring and w.expected_bytes(per_item) < self.shm_budget]
             if not ready:
                 if any(w.outstanding for w in self._workers):
                     return
-                ready = self._workers
+                ready = [w for w in self._workers if not w.retiring]
             w = min(ready, key=lambda w: len(w.outstanding))
             self._send(w, *self._backlog.popleft())
 
@@ -478,7 +541,10 @@ class ProcessExecutor:
             w = self._by_sentinel.get(fd)
             if w is not None and not self._closed:
                 self._drain(w)
-                self._died(w)
+                if w.stopping and not w.outstanding:
+                    self._forget(w)         # retired by the autotuner
+                else:
+                    self._died(w)
 
     def _check_time(self, timeout):
         """Apply the deadlines; milliseconds until the next one (``None``: no deadline)."""
@@ -519,6 +585,10 @@ class ProcessExecutor:
                 return
             before = w.reader.held_bytes
             results, busy = transport.decode_results(frame, w.reader)
+            w.busy_s += busy
+            moved = w.reader.held_bytes - before
+            w.shm_bytes += moved
+            self.shm_bytes += moved
             if results:
                 per_item = (w.reader.held_bytes - before) / len(results)
                 self._bytes_per_item = per_item if self._bytes_per_item is None else \
@@ -528,6 +598,8 @@ class ProcessExecutor:
             w.busy_since = time.monotonic() if w.outstanding else None
             w.next_warning = None
             self._batches.append((results, busy))
+            if w.retiring and not w.outstanding and not w.stopping:
+                self._stop_worker(w)
 
     def _died(self, w):
         """A worker's process ended: replace it, or report it."""
@@ -549,7 +621,7 @@ class ProcessExecutor:
         logger.warning("%s; starting a new worker (restart %d of %d)", message, self.restarts,
                        self.max_restarts)
         self._retire(w)
-        new = self._workers[w.wid] = self._spawn(w.wid)
+        new = self._workers[self._workers.index(w)] = self._spawn(w.wid)
         by_run = collections.defaultdict(list)
         for seq, (run, index, dp) in w.outstanding.items():
             by_run[run].append((seq, index, dp))
@@ -610,7 +682,10 @@ class MultiProcessMapData(ParallelMapData):
     * ``start_method``: ``None`` picks :func:`default_start_method`;
     * ``max_restarts``: how many dead workers may be replaced (their datapoints are sent to the
       new worker; strict mode still yields each once) before :class:`WorkerCrashedError` is
-      raised. With 0 (the default) the first death raises.
+      raised. With 0 (the default) the first death raises;
+    * ``num_proc="auto"``: start with one worker and let
+      :class:`~dataflow.parallel.autotune.AutoTuner` add or retire workers while the pipeline
+      runs, between 1 and the CPUs available (see :func:`dataflow.stats`).
 
     The source is read in the consuming process; datapoints go to the workers and results come
     back with their arrays in shared memory, handed to you without a copy. Inside ``map_func``,
@@ -746,7 +821,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         if n is not None and batch_size > n:
             raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")
         if buffer_size is None:
-            buffer_size = batch_size * max(4, 2 * num_proc)
+            buffer_size = batch_size * max(4, 2 * (available_cpus() if num_proc == "auto"
+                                                   else num_proc))
         self.batch_size = batch_size
         super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
                          buffer_size=max(1, buffer_size // batch_size),

@@ -52,17 +52,27 @@ class _Failed:
 
 
 class _Watch:
-    """What the consumer knows of one worker thread's current chunk, for the deadlines."""
-    __slots__ = ("thread", "busy_since", "next_warning", "items")
+    """What the consumer knows of one worker thread's current chunk, for the deadlines, and of
+    its work, for the statistics."""
+    __slots__ = ("thread", "busy_since", "next_warning", "items", "wid", "busy_s", "started",
+                 "ended")
 
-    def __init__(self):
+    def __init__(self, wid=None):
         self.thread = None
         self.busy_since = self.next_warning = self.items = None
+        self.wid = wid
+        self.busy_s = 0.0          # seconds in the map function
+        self.started = time.monotonic()
+        self.ended = None          # when it retired
 
     def describe(self):
         items = self.items or ()
         shown = ", ".join(f"#{index}" for _, index, _ in items[:20])
         return f"datapoints {shown} have been in worker thread {self.thread.name!r}"
+
+
+# Put on the task queue to make the one thread that takes it leave (between two chunks).
+_RETIRE = "retire"
 
 
 def _thread_main(wid, make_func, tasks, results, stop, watch):
@@ -72,31 +82,65 @@ def _thread_main(wid, make_func, tasks, results, stop, watch):
             task = tasks.get()
             if task is None or stop.is_set():
                 return
+            if task is _RETIRE:
+                watch.ended = time.monotonic()
+                return
             watch.items, watch.next_warning = task[1], None
             watch.busy_since = time.monotonic()
             out = run_chunk(func, task[0], task[1], stop)
             watch.busy_since = None
+            watch.busy_s += out[1]
             results.put(out)
     except BaseException as e:       # make_func failed, or something outside one datapoint
         results.put(_Failed(WorkerError.from_exception(e, f"worker thread {wid}")))
 
 
 class ThreadExecutor:
-    """``num_workers`` threads taking chunks from one queue (so work spreads by itself)."""
+    """``num_workers`` threads taking chunks from one queue (so work spreads by itself).
+
+    The pool can be resized while it runs (autotuning): :meth:`add_worker` starts a thread,
+    :meth:`retire_worker` queues a token that makes the first thread to take it leave after the
+    chunks queued before it, so no chunk is lost or run twice."""
     kind = "thread"
 
     def __init__(self, num_workers, make_func, name="dataflow"):
         self._tasks = queue.SimpleQueue()
         self._results = queue.SimpleQueue()
         self._stop = threading.Event()
-        self._watches = [_Watch() for _ in range(num_workers)]
-        self._threads = [
-            threading.Thread(target=_thread_main, name=f"{name}-worker-{i}", daemon=True,
-                             args=(i, make_func, self._tasks, self._results, self._stop, w))
-            for i, w in enumerate(self._watches)]
-        for t, w in zip(self._threads, self._watches):
-            w.thread = t
-            t.start()
+        self._make_func = make_func
+        self._name = name
+        self._next_wid = 0
+        self.num_workers = 0
+        self._watches = []
+        self._threads = []
+        for _ in range(num_workers):
+            self.add_worker()
+
+    def add_worker(self):
+        """Start one more worker thread."""
+        wid, self._next_wid = self._next_wid, self._next_wid + 1
+        w = _Watch(wid)
+        t = w.thread = threading.Thread(
+            target=_thread_main, name=f"{self._name}-worker-{wid}", daemon=True,
+            args=(wid, self._make_func, self._tasks, self._results, self._stop, w))
+        self._watches.append(w)
+        self._threads.append(t)
+        self.num_workers += 1
+        t.start()
+
+    def retire_worker(self):
+        """Make one worker thread leave once the chunks queued so far are taken; the pool keeps
+        at least one."""
+        if self.num_workers <= 1:
+            return
+        self.num_workers -= 1
+        self._tasks.put(_RETIRE)
+
+    def worker_stats(self):
+        """Per worker thread: its id, seconds busy, when it started and retired."""
+        return [{"key": id(w), "id": w.wid, "busy_s": w.busy_s, "started": w.started,
+                 "ended": w.ended, "state": "running" if w.ended is None else "retired"}
+                for w in self._watches]
 
     def submit(self, run, items):
         self._tasks.put((run, items))
@@ -137,7 +181,9 @@ class MultiThreadMapData(ParallelMapData):
 
     Args:
         ds: the source dataflow; it is read in the consuming thread.
-        num_thread: number of worker threads (default: the CPUs available to the process).
+        num_thread: number of worker threads (default: the CPUs available to the process), or
+            ``"auto"``: start with one and let :class:`~dataflow.parallel.autotune.AutoTuner`
+            add or retire threads while the pipeline runs (see :func:`dataflow.stats`).
         map_func: datapoint -> datapoint, or ``None`` to drop it.
         buffer_size: at most this many datapoints are in workers or waiting to be yielded.
         strict: each pass yields exactly the datapoints of one pass of ``ds``, each once. When
@@ -244,6 +290,7 @@ class MultiThreadRunner(ParallelMapData):
     type.
     """
     executor = "thread"
+    _autotune_ok = False       # one copy of the dataflow per thread: a fixed count
 
     def __init__(self, get_df, num_prefetch, num_thread):
         if not callable(get_df):
