@@ -5,6 +5,7 @@ differences are bug fixes and are noted in the class docstrings.
 """
 import inspect
 import itertools
+from types import GeneratorType
 import logging
 import time
 from collections import defaultdict, deque
@@ -464,14 +465,14 @@ class MapData(ProxyDataFlow):
         if self._parallel is not None:
             yield from self._parallel
             return
-        self._pass = getattr(self, "_pass", -1) + 1
-        func = self.func
+        self._pass = p = getattr(self, "_pass", -1) + 1
+        func, local = self.func, _rng._local
         for i, dp in enumerate(self.ds):
-            _rng.set_datapoint_key((self._pass, i))
+            local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
             ret = func(copy(dp))
             if ret is None:
                 continue
-            if inspect.isgenerator(ret):
+            if ret.__class__ is GeneratorType:
                 ret.close()
                 raise TypeError(
                     f"{type(self).__name__}: the function {_func_name(func)} returned a "

@@ -97,9 +97,10 @@ _local = threading.local()
 
 def set_datapoint_key(key):
     """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
-    this thread."""
+    this thread. (Hot loops may assign ``_local.key`` directly, with a new tuple each time:
+    the generator of the last key is reused while the key is the very same object.)"""
     _local.key = key
-    _local.rng = None
+    _local.cached = None
 
 
 def datapoint_rng():
@@ -110,14 +111,14 @@ def datapoint_rng():
     for any number of workers and any executor; repeated calls for one datapoint continue one
     stream. Outside a map it is a per-thread generator from :func:`get_rng`.
     """
-    g = getattr(_local, "rng", None)
-    if g is not None:
-        return g
     key = getattr(_local, "key", None)
+    cached = getattr(_local, "cached", None)     # (key, generator) of the last call
+    if cached is not None and cached[0] is key:
+        return cached[1]
     if key is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
         seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
         g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
-    _local.rng = g
+    _local.cached = (key, g)
     return g

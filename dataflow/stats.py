@@ -177,6 +177,7 @@ def _segments(it, st, state, pc=time.perf_counter, islice=itertools.islice,
             if st.report_at is not None and t1 >= st.report_at:
                 _report_due(st, t1)
             yield (dp,)
+            dp = None                              # hold no datapoint while the block runs
             if block:
                 sel = iter(trues)
                 state[1] = sel
