@@ -41,3 +41,10 @@ def set_hang_timeout(seconds):
 def hang_timeout():
     """The hang timeout in seconds (a float; default 300.0)."""
     return _hang_timeout
+
+
+def current_hang_timeout():
+    """The hang timeout in force, as the library reads it: the value of :func:`set_hang_timeout`,
+    or a number assigned directly to ``dataflow.config.hang_timeout``."""
+    value = globals()["hang_timeout"]
+    return float(value()) if callable(value) else float(value)

@@ -880,3 +880,34 @@ def test_stopped_worker_times_out_and_close_still_cleans_up(tmp_path, no_leaks):
     msg = str(info.value)
     assert re.search(r"datapoints #1(,| have)", msg) and str(stopped[0]) in msg, msg
     assert all(is_gone(p) for p in pids)
+
+
+@pytest.mark.timeout(30)
+def test_hang_timeout_assigned_as_a_number_is_honoured(caplog):
+    """``dataflow.config.hang_timeout = 0.3`` works as well as ``set_hang_timeout(0.3)``, and a
+    chunk that no thread has started yet does not make the consumer wait unchecked."""
+    import dataflow.config as config
+    seen = threading.Event()
+
+    class Flag(logging.Handler):
+        def emit(self, record):
+            if "hang_timeout=0.3" in record.getMessage():
+                seen.set()
+
+    def stuck_until_reported(dp):
+        seen.wait(10)
+        return dp
+
+    handler = Flag()
+    logging.getLogger("dataflow").addHandler(handler)
+    original = config.hang_timeout
+    config.hang_timeout = 0.3
+    try:
+        with D.MultiThreadMapData(D.DataFromList([[1]], shuffle=False), 1,
+                                  stuck_until_reported, strict=True) as df:
+            df.reset_state()
+            assert list(df) == [[1]]
+        assert seen.is_set()
+    finally:
+        config.hang_timeout = original
+        logging.getLogger("dataflow").removeHandler(handler)

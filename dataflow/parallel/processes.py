@@ -548,12 +548,12 @@ class ProcessExecutor:
 
     def _check_time(self, timeout):
         """Apply the deadlines; milliseconds until the next one (``None``: no deadline)."""
-        wait = check_workers(self._workers, timeout, config.hang_timeout(), self._warn_hung)
+        wait = check_workers(self._workers, timeout, config.current_hang_timeout(), self._warn_hung)
         return None if wait is None else int(wait * 1000) + 1
 
     def _warn_hung(self, w, waited):
-        logger.warning("%s for %.0f s (hang_timeout=%s s); its Python stack:\n%s", w.describe(),
-                       waited, config.hang_timeout(), self._stack_of(w))
+        logger.warning("%s for %.1f s (hang_timeout=%s s); its Python stack:\n%s", w.describe(),
+                       waited, config.current_hang_timeout(), self._stack_of(w))
 
     def _stack_of(self, w):
         """Ask a worker for its stack (faulthandler on SIGUSR1) and read it, waiting 1 s at most."""

@@ -347,7 +347,7 @@ class RayExecutor:
                 raise RuntimeError(CLOSED_WHILE_ITERATING)
             if not self._pending:
                 raise RuntimeError("RayExecutor.get() with no chunk in flight")
-            wait = check_workers(self._slots, timeout, config.hang_timeout(), self._warn_hung)
+            wait = check_workers(self._slots, timeout, config.current_hang_timeout(), self._warn_hung)
             # At most _POLL at a time, so that Ctrl-C and a close() from another thread are
             # seen promptly.
             wait = _POLL if wait is None else min(wait, _POLL)
@@ -435,9 +435,9 @@ class RayExecutor:
         return None if info is None else info[0]
 
     def _warn_hung(self, slot, waited):
-        logger.warning("%s for %.0f s (hang_timeout=%s s); see its stack with `ray stack` on "
+        logger.warning("%s for %.1f s (hang_timeout=%s s); see its stack with `ray stack` on "
                        "that node, or `py-spy dump --pid PID`", slot.describe(), waited,
-                       config.hang_timeout())
+                       config.current_hang_timeout())
 
     def close(self):
         """Kill our actors (``ray.kill``: returns at once) and forget the work in flight.

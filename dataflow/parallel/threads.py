@@ -6,6 +6,7 @@ to the dataflow, so an abandoned dataflow is garbage-collected and its finalizer
 """
 import itertools
 import logging
+import math
 import os
 import queue
 import sys
@@ -39,8 +40,8 @@ def available_cpus():
 def _warn_hung(watch, waited):
     frame = sys._current_frames().get(watch.thread.ident)
     stack = "".join(traceback.format_stack(frame)) if frame is not None else "(finished)"
-    logger.warning("%s for %.0f s (hang_timeout=%s s); its Python stack:\n%s", watch.describe(),
-                   waited, config.hang_timeout(), stack)
+    logger.warning("%s for %.1f s (hang_timeout=%s s); its Python stack:\n%s", watch.describe(),
+                   waited, config.current_hang_timeout(), stack)
 
 
 class _Failed:
@@ -147,7 +148,11 @@ class ThreadExecutor:
 
     def get(self, timeout=None):
         while True:
-            wait = check_workers(self._watches, timeout, config.hang_timeout(), _warn_hung)
+            hang = config.current_hang_timeout()
+            wait = check_workers(self._watches, timeout, hang, _warn_hung)
+            if wait is None and (timeout is not None or hang != math.inf):
+                # No thread has started on the work yet: look again after a while.
+                wait = min(t for t in (timeout, hang) if t is not None)
             try:
                 r = self._results.get(timeout=wait)
                 break
