@@ -386,7 +386,7 @@ def _label(df):
         return f"BatchData({df.batch_size})"
     if func is not None:
         f = getattr(func, "__wrapped__", func)
-        if type(f).__name__ == "_OwnCopy" and hasattr(f, "ds"):
+        if type(f).__name__ == "OwnCopy" and hasattr(f, "ds"):
             return f"{name}({type(f.ds).__name__})"      # a runner: copies of a dataflow
         fname = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) \
             or type(f).__name__

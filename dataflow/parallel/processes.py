@@ -42,7 +42,8 @@ from . import shm, transport
 from .supervisor import (WorkerCrashedError, check_workers, describe_exit, die_with_parent,
                          process_alive)
 from .policy import choose_executor, describe_choice
-from .threads import Constant, OwnDataFlow, _Tickets, available_cpus, dataflow_length, make_executor
+from .threads import (Constant, CopiesRunner, available_cpus, dataflow_length,
+                      make_executor)
 
 __all__ = ["ProcessExecutor", "MultiProcessMapData", "MultiProcessMapDataZMQ",
            "MultiProcessRunner", "MultiProcessRunnerZMQ", "MultiProcessMapAndBatchData",
@@ -716,18 +717,7 @@ class MultiProcessMapData(ParallelMapData):
 MultiProcessMapDataZMQ = MultiProcessMapData
 
 
-class _OwnCopy:
-    """make_func for a runner: each worker resets and runs its own copy of ``ds``."""
-
-    def __init__(self, ds):
-        self.ds = ds
-
-    def __call__(self, wid):
-        self.ds.reset_state()
-        return OwnDataFlow(self.ds)
-
-
-class MultiProcessRunner(ParallelMapData):
+class MultiProcessRunner(CopiesRunner):
     """Run ``num_proc`` copies of ``ds``, one per process, and yield their datapoints in arrival
     order, at most ``num_prefetch`` ahead of the consumer (tensorpack's ``MultiProcessRunner``).
 
@@ -739,15 +729,10 @@ class MultiProcessRunner(ParallelMapData):
 
     def __init__(self, ds, num_prefetch, num_proc, *, start_method=None, max_restarts=0,
                  timeout=None):
-        self.num_prefetch = num_prefetch
         self.num_proc = num_proc
         self.start_method = _checked_start_method(start_method)
         self.max_restarts = max_restarts
-        super().__init__(_Tickets(dataflow_length(ds)), num_proc, _OwnCopy(ds),
-                         buffer_size=num_prefetch, timeout=timeout)
-
-    def _reset_source(self):
-        pass                          # each worker resets its own copy
+        super().__init__(ds, num_proc, num_prefetch, timeout=timeout)
 
     def _make_executor(self):
         return ProcessExecutor(self.num_workers, self.map_func, self.start_method,

@@ -53,9 +53,8 @@ import numpy as np
 from .. import config, rng
 from .mapper import (_MAX_CHUNK, CLOSED_WHILE_ITERATING, ERR, InlineExecutor, ParallelMapData,
                      WorkerError, run_chunk)
-from .processes import _OwnCopy
 from .supervisor import WorkerCrashedError, check_workers
-from .threads import Constant, _Tickets, available_cpus, dataflow_length
+from .threads import Constant, CopiesRunner, available_cpus
 from .transport import pickle_error, unpickle_error
 
 __all__ = ["RayExecutor", "RayMapData", "RayRunner", "started_ray"]
@@ -117,26 +116,19 @@ def _writable(obj):
     can be written to. Containers are rebuilt only where something changed; anything else is
     left as it is."""
     t = type(obj)
-    if t is list or t is tuple:
+    if t is list or t is tuple or t is dict:
+        items = obj.items() if t is dict else enumerate(obj)
         out = None
-        for i, x in enumerate(obj):
+        for k, x in items:
             if isinstance(x, _WALKED):
                 y = _writable(x)
                 if y is not x:
                     if out is None:
-                        out = list(obj)
-                    out[i] = y
-        return obj if out is None else (out if t is list else tuple(out))
-    if t is dict:
-        out = None
-        for k, x in obj.items():
-            if isinstance(x, _WALKED):
-                y = _writable(x)
-                if y is not x:
-                    if out is None:
-                        out = dict(obj)
+                        out = dict(obj) if t is dict else list(obj)
                     out[k] = y
-        return obj if out is None else out
+        if out is None:
+            return obj
+        return tuple(out) if t is tuple else out
     if isinstance(obj, np.ndarray) and not obj.flags.writeable:
         return obj.copy()
     return obj
@@ -535,7 +527,7 @@ class RayMapData(_RayChunks, ParallelMapData):
                            num_cpus_per_worker=self.num_cpus_per_worker)
 
 
-class RayRunner(_RayChunks, ParallelMapData):
+class RayRunner(_RayChunks, CopiesRunner):
     """Run ``num_workers`` copies of ``ds``, one per Ray actor, and yield their datapoints in
     arrival order, at most ``num_prefetch`` ahead of the consumer (:class:`~dataflow.
     MultiProcessRunner` on Ray).
@@ -552,15 +544,10 @@ class RayRunner(_RayChunks, ParallelMapData):
         _check_max_restarts(max_restarts)
         _check_cpus(num_cpus_per_worker)
         import_ray()
-        self.num_prefetch = num_prefetch
         self.address = address
         self.max_restarts = max_restarts
         self.num_cpus_per_worker = num_cpus_per_worker
-        super().__init__(_Tickets(dataflow_length(ds)), num_workers, _OwnCopy(ds),
-                         buffer_size=num_prefetch, timeout=timeout)
-
-    def _reset_source(self):
-        pass                          # each actor resets its own copy
+        super().__init__(ds, num_workers, num_prefetch, timeout=timeout)
 
     def _make_executor(self):
         return RayExecutor(self.num_workers, self.map_func, address=self.address,

@@ -279,6 +279,31 @@ class OwnDataFlow:
         raise ValueError(f"{type(self.df).__name__} yielded no datapoint in a whole pass")
 
 
+class OwnCopy:
+    """make_func of a runner: each worker resets and runs its own copy of ``ds``."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __call__(self, wid):
+        self.ds.reset_state()
+        return OwnDataFlow(self.ds)
+
+
+class CopiesRunner(ParallelMapData):
+    """Base of the runners whose workers each run their own copy of ``ds`` (shipped to them by
+    the executor): the consumer only hands out tickets, ``len(ds)`` per pass when that is known,
+    endlessly otherwise, at most ``num_prefetch`` ahead of the consumer."""
+
+    def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
+        self.num_prefetch = num_prefetch
+        super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),
+                         buffer_size=num_prefetch, timeout=timeout)
+
+    def _reset_source(self):
+        pass                          # each worker resets its own copy
+
+
 def dataflow_length(df):
     try:
         return len(df)
