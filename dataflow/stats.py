@@ -348,6 +348,8 @@ def _parallel_figures(m, wall):
                             "state": w["state"]})
             if "shm_bytes" in w:
                 workers[-1]["shm_bytes"] = w["shm_bytes"] - base.get(("shm", w["key"]), 0)
+            if "pool_bytes" in w:
+                workers[-1]["pool_bytes"] = w["pool_bytes"]
     out["worker_stats"] = workers
     live = [w for w in workers if w["state"] == "running"]
     out["busy_fraction"] = (round(sum(w["busy_fraction"] for w in live) / len(live), 4)

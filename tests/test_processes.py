@@ -392,6 +392,55 @@ def test_results_held_beyond_the_shared_memory_budget():
             del kept, a
 
 
+@pytest.mark.timeout(30)
+def test_pool_stays_near_the_budget_when_results_are_dropped():
+    """A consumer that drops each result: segments go back to their worker as soon as they are
+    free (not only with its next task), so the pool stays small, and hot, however much data
+    flows through it."""
+    from dataflow.parallel import processes
+    n, size = 300, 4 << 20                         # 1.2 GB through two workers
+
+    def f(dp):
+        return np.full(size // 4, float(dp[0]), np.float32)
+
+    with D.MultiProcessMapData(numbers(n), 2, f) as df:
+        df.reset_state()
+        seen = 0
+        for a in df:
+            assert a[0] == a[-1]
+            seen += 1
+        del a
+        assert seen == n
+        pools = [w["pool_bytes"] for w in D.stats(df)["parallel"]["worker_stats"]]
+    assert len(pools) == 2
+    for pool in pools:
+        assert 0 < pool <= processes.SHM_BUDGET + 4 * size, pools
+
+
+def test_results_of_one_chunk_split_across_messages_arrive_whole_and_in_order():
+    """The results of a chunk whose arrays pass the message size go in several messages; a
+    datapoint is never split, and one larger than a message travels on its own."""
+    import socket
+    from dataflow.parallel import transport
+    from dataflow.parallel.mapper import OK
+    from dataflow.parallel.shm import SegmentPool, SegmentReader
+    big = transport.MESSAGE_BYTES // 3 + 1         # two fit in a message, three do not
+    sizes = [big, big, big, 10, transport.MESSAGE_BYTES + 5, big, 3]
+    results = [(i, OK, [np.full(size, i, np.uint8), i]) for i, size in enumerate(sizes)]
+    mine, theirs = socket.socketpair()
+    with mine, theirs:
+        frames = transport.encode_results(results, {i: i for i in range(len(sizes))}, 0.0,
+                                          SegmentPool(theirs), "f")
+        reader = SegmentReader(0, mine, collections.deque())
+        decoded = [transport.decode_results(frame, reader)[0] for frame in frames]
+        # [big, big] [big, 10] [too big for any] [big, 3]
+        assert [[seq for seq, _, _ in msg] for msg in decoded] == [[0, 1], [2, 3], [4], [5, 6]]
+        for seq, kind, (a, i) in (r for msg in decoded for r in msg):
+            assert kind == OK and i == seq and a.size == sizes[seq] and (a == seq).all()
+        del decoded, a
+        reader.close()
+
+
 # -- 4. shared_empty ----------------------------------------------------------------------------
 def test_shared_empty_in_a_worker():
     def f(dp):

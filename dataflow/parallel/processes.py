@@ -59,7 +59,7 @@ _LAST_WORDS_MS = 100
 # consumer side, or to come) stays under this budget, so the pool stays small and is reused
 # instead of growing to buffer_size results of any size. Workers still run ahead whenever the
 # consumer would otherwise wait.
-SHM_BUDGET = 64 << 20
+SHM_BUDGET = 16 << 20
 # close(): how long terminated workers get to exit before they are killed.
 _TERMINATE_GRACE = 0.05
 
@@ -145,6 +145,23 @@ def _keep_freed_memory():
         pass
 
 
+def _take_messages(sock, pool, tasks):
+    """Read every message that has arrived: segments handed back return to ``pool`` at once
+    (so the next results reuse them, while they are still in cache), tasks queue up in
+    ``tasks``. False when told to stop."""
+    while True:
+        try:
+            frames = sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return True
+        kind, released, run, items = transport.decode_task(frames)
+        pool.release(released)
+        if kind == transport.TASK:
+            tasks.append((run, items))
+        elif kind != transport.RELEASE:
+            return False
+
+
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
                  forked_by_consumer):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
@@ -168,18 +185,17 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     try:
         func = shipped.obj(wid)
         desc = f"map function {func_name(func)}"
+        tasks = collections.deque()
         while True:
-            if not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
+            if not tasks and not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
                 if os.getppid() != parent or not process_alive(consumer_pid):
                     break
                 continue
-            frames = sock.recv_multipart()
-            if os.getppid() != parent:                # orphaned with work still queued
-                break
-            kind, released, run, items = transport.decode_task(frames)
-            if kind != transport.TASK:
-                break
-            pool.release(released)
+            if not _take_messages(sock, pool, tasks) or os.getppid() != parent:
+                break                                 # told to stop, or orphaned
+            if not tasks:
+                continue
+            run, items = tasks.popleft()
             results, busy = run_chunk(func, run, items)
             indices = {seq: index for seq, index, _ in items}
             for frame in transport.encode_results(results, indices, busy, pool, desc):
@@ -473,16 +489,22 @@ class ProcessExecutor:
 
     def worker_stats(self):
         """Per worker process (and the last ones retired): its slot, seconds busy, shared memory
-        received, when it started and stopped."""
+        received, the size of its segment pool, when it started and stopped."""
         out = []
         for w in list(self._workers) + list(self._gone):
             state = "retired" if w.ended is not None else "retiring" if w.retiring else "running"
             out.append({"key": w.key, "id": w.wid, "busy_s": w.busy_s, "started": w.started,
-                        "ended": w.ended, "state": state, "shm_bytes": w.shm_bytes})
+                        "ended": w.ended, "state": state, "shm_bytes": w.shm_bytes,
+                        "pool_bytes": w.reader.pool_bytes})
         return out
 
     def submit(self, run, items):
-        self._backlog.append((run, items))
+        # A chunk whose results would fill more than one message is sent as several tasks, so
+        # that the worker takes back its free segments between them.
+        per_item = self._bytes_per_item
+        step = len(items) if not per_item else max(1, int(transport.MESSAGE_BYTES // per_item))
+        for i in range(0, len(items), step):
+            self._backlog.append((run, items[i:i + step]))
         self._dispatch()
 
     def _collect_releases(self):
@@ -509,6 +531,10 @@ class ProcessExecutor:
                 ready = [w for w in self._workers if not w.retiring]
             w = min(ready, key=lambda w: len(w.outstanding))
             self._send(w, *self._backlog.popleft())
+        for w in self._workers:       # segments that no task took back: hand them back now
+            if w.released and not w.stopping:
+                w.sock.send(transport.encode_release(w.released))
+                w.released = []
 
     def _send(self, w, run, items):
         frames = transport.encode_task(run, items, w.released)
@@ -524,12 +550,14 @@ class ProcessExecutor:
 
     def get(self, timeout=None):
         with self._busy:
-            while not self._batches:
+            while True:
+                if not self._closed:
+                    self._dispatch()
+                if self._batches:
+                    return self._batches.popleft()
                 if self._closed:
                     raise RuntimeError(CLOSED_WHILE_ITERATING)
-                self._dispatch()
                 self._wait(timeout)
-            return self._batches.popleft()
 
     def _wait(self, timeout):
         """Wait for messages, worker deaths or the next deadline, and handle them."""

@@ -186,6 +186,7 @@ class SegmentReader:
         self._released = released
         self._maps = {}
         self.held_bytes = 0        # size of the segments the consumer side still uses
+        self.pool_bytes = 0        # size of all the worker's segments (mapped here)
 
     def add(self, new):
         """Map the segments a message announces as new (their descriptors wait in the socket)."""
@@ -193,6 +194,7 @@ class SegmentReader:
             _, fds, _, _ = socket.recv_fds(self._sock, 1, 1)
             try:
                 self._maps[sid] = mmap.mmap(fds[0], size)
+                self.pool_bytes += size
             finally:
                 os.close(fds[0])
 

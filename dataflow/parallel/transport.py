@@ -10,7 +10,8 @@ Messages are multipart; the first frame is a msgpack list whose first element sa
 
 * consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header]`` + array frames, where the
   chunk ``[[seq, index, datapoint], ...]`` is encoded with :func:`dataflow.serialize.dumps_oob`
-  (large arrays travel as extra frames); ``[STOP]``.
+  (large arrays travel as extra frames); ``[RELEASE, released_segment_ids]`` when segments come
+  free and no task is going that way; ``[STOP]``.
 * worker -> consumer: ``[RESULTS, busy_seconds, new_segments, buffer_descs, results]`` where each
   result is ``[seq, kind, payload]``: the datapoint's header (its arrays are the shared-memory
   buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.mapper.WorkerError`, or
@@ -30,17 +31,18 @@ import zmq
 from .. import serialize
 from .mapper import ERR, OK, WorkerError
 
-__all__ = ["Endpoints", "TASK", "STOP", "RESULTS", "FAILED", "encode_task", "decode_task",
-           "encode_results", "decode_results", "encode_failure", "pickle_error", "unpickle_error", "make_socket"]
+__all__ = ["Endpoints", "TASK", "STOP", "RESULTS", "FAILED", "RELEASE", "encode_task",
+           "encode_release", "decode_task", "encode_results", "decode_results", "encode_failure",
+           "pickle_error", "unpickle_error", "make_socket"]
 
-TASK, STOP, RESULTS, FAILED = 1, 2, 3, 4
+TASK, STOP, RESULTS, FAILED, RELEASE = 1, 2, 3, 4, 5
 
 # Arrays smaller than this travel inside the msgpack frame; larger ones in shared memory (results)
 # or in frames of their own (tasks).
 INLINE_LIMIT = serialize.DEFAULT_OOB_THRESHOLD
-# A results message holds at most about this many bytes of arrays (more only for one datapoint
-# that is larger on its own).
-MESSAGE_BYTES = 8 << 20
+# A results message holds at most this many bytes of arrays (more only for one datapoint that is
+# larger on its own): its segment is small enough to stay in cache and come back soon.
+MESSAGE_BYTES = 4 << 20
 
 
 class Endpoints:
@@ -98,11 +100,18 @@ def encode_task(run, items, released):
     return [_pack([TASK, released, run, header])] + frames
 
 
+def encode_release(released):
+    """The frame that hands segments back to a worker without a task."""
+    return _pack([RELEASE, released])
+
+
 def decode_task(frames):
     """``(kind, released, run, items)`` from the frames of a consumer message."""
     msg = _unpack(frames[0])
+    if msg[0] == RELEASE:
+        return RELEASE, msg[1], None, None
     if msg[0] != TASK:
-        return msg[0], None, None, None
+        return msg[0], [], None, None
     buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
     return TASK, msg[1], msg[2], serialize.loads_oob(msg[3], buffers)
 
@@ -125,9 +134,10 @@ def unpickle_error(data):
 
 def encode_results(results, indices, busy, pool, func_desc):
     """The frames of the results messages for one chunk; arrays go into ``pool`` (a
-    :class:`~.shm.SegmentPool`). A message is closed once its arrays pass ``MESSAGE_BYTES``, so
-    that segments stay small enough to be reused soon. ``busy`` (the seconds the map took) is
-    shared out by datapoint, and each message adds the time spent encoding it.
+    :class:`~.shm.SegmentPool`). A datapoint whose arrays would take a message past
+    ``MESSAGE_BYTES`` starts the next message, so that segments stay small enough to stay in
+    cache and be reused soon. ``busy`` (the seconds the map took) is shared out by datapoint, and
+    each message adds the time spent encoding it.
 
     A datapoint that cannot be serialised becomes a fatal ``TypeError`` naming it."""
     frames, buffers, out, nbytes = [], [], [], 0
@@ -154,9 +164,13 @@ def encode_results(results, indices, busy, pool, func_desc):
                 out.append([seq, ERR, pickle_error(WorkerError(
                     exc, f"TypeError: {exc}\n", f"datapoint #{indices[seq]}", fatal=True))])
             else:
-                nbytes += sum(b.nbytes for b in buffers[n:])
-                if nbytes >= MESSAGE_BYTES:
+                size = sum(b.nbytes for b in buffers[n:])
+                if n and nbytes + size > MESSAGE_BYTES:
+                    del buffers[n:]                 # re-encode it as the next message's first
+                    out.pop()
                     close_message()
+                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+                nbytes += size
         else:
             out.append([seq, kind, pickle_error(value) if kind == ERR else None])
     if out:
