@@ -10,6 +10,7 @@ cloudpickle ships them by value and a worker never imports this module (and pyte
 worker start-up then takes milliseconds, which the cycle test needs.
 """
 import collections
+import contextlib
 import gc
 import hashlib
 import multiprocessing as mp
@@ -441,6 +442,44 @@ def test_results_of_one_chunk_split_across_messages_arrive_whole_and_in_order():
         reader.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux-only")
+def test_zeromq_io_thread_runs_as_batch():
+    """Waking ZeroMQ's I/O thread for each message must not preempt the sender (see
+    transport.make_context)."""
+    from dataflow.parallel import transport
+    if not transport._can_run_threads_as_batch():
+        pytest.skip("this system does not let a thread switch to SCHED_BATCH")
+
+    def io_threads():
+        out = set()
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    if f.read().startswith("ZMQbg/IO"):
+                        out.add(int(tid))
+            except FileNotFoundError:
+                pass
+        return out
+
+    before = io_threads()
+    context = transport.make_context()
+    endpoints = transport.Endpoints()
+    a, b = transport.make_socket(context), transport.make_socket(context)
+    try:
+        a.bind(endpoints("batch-test"))
+        b.connect(endpoints("batch-test"))
+        b.send(b"ping")                 # once through, the I/O thread is up and named
+        assert a.recv() == b"ping"
+        new = io_threads() - before
+        assert len(new) == 1
+        assert os.sched_getscheduler(new.pop()) == os.SCHED_BATCH
+    finally:
+        a.close()
+        b.close()
+        context.term()
+        endpoints.remove()
+
+
 # -- 4. shared_empty ----------------------------------------------------------------------------
 def test_shared_empty_in_a_worker():
     def f(dp):
@@ -475,6 +514,124 @@ def test_shared_empty_in_a_worker():
         check(kept)
         del kept
         check(list(df))
+
+
+def test_arrays_the_worker_keeps_are_copied_not_lent():
+    """A map function that keeps its results and writes to them later (a reused output buffer,
+    a cache) must not change what the consumer holds, whether the array came from shared_empty
+    or from an ordinary numpy call that the worker's allocator put in shared memory."""
+    n = 40
+
+    @_by_value
+    def keeper():
+        kept = []
+
+        def f(dp):
+            i = dp[0]
+            if kept and i <= kept[-1][1]:           # a new pass: scribble on the last one's
+                for a, _ in kept:
+                    a[...] = -1
+                kept.clear()
+            a = D.shared_empty(1 << 18, np.float32) if i % 2 else np.empty(1 << 18, np.float32)
+            a[...] = i
+            kept.append((a, i))
+            return [a, i]
+        return f
+
+    with D.MultiProcessMapData(numbers(n), 1, keeper, buffer_size=8, strict=True,
+                               ordered=True) as df:
+        df.reset_state()
+        first = list(df)
+        second = list(df)                           # its first call scribbles on the first's
+        for got in (first, second):
+            assert [i for _, i in got] == list(range(n))
+            for a, i in got:
+                assert (a == i).all(), f"datapoint {i} was written over by its worker"
+        del first, second, got, a
+
+
+def test_large_results_are_made_in_shared_memory_in_the_worker():
+    """Results of 1 MiB or more per datapoint switch the worker's numpy allocations to shared
+    memory (when that measures faster: here, a plain np.full does); every value arrives intact
+    either way, and a process forked inside the map function allocates as usual."""
+    from dataflow.parallel import allocator
+    if not allocator.available():
+        pytest.skip("this numpy has no memory-handler API (numpy < 1.22)")
+
+    @_by_value
+    def f():
+        def handler_name():
+            try:
+                from numpy._core.multiarray import get_handler_name
+            except ImportError:
+                from numpy.core.multiarray import get_handler_name
+            return get_handler_name()
+
+        def f(dp):
+            i = dp[0]
+            a = np.full((512, 1024), i, np.float32)          # 2 MiB
+            child = None
+            if i % 25 == 0:            # what a process forked here allocates with
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.write(w, handler_name().encode())
+                    os._exit(0)
+                os.close(w)
+                os.waitpid(pid, 0)
+                child = os.read(r, 100).decode()
+                os.close(r)
+            return [a, i, handler_name(), child]
+        return f
+
+    names, children, seen = collections.Counter(), set(), []
+    with D.MultiProcessMapData(numbers(400), 1, f, strict=True, ordered=True) as df:
+        df.reset_state()
+        for a, i, name, child in df:
+            assert a.shape == (512, 1024) and (a == i).all()
+            seen.append(i)
+            names[name] += 1
+            children.add(child)
+        del a
+    assert seen == list(range(400))
+    assert names["dataflow_shared_memory"] >= 100, names
+    assert children - {None} == {"default_allocator"}
+
+
+def test_zero_copy_switch_trial():
+    from dataflow.parallel.allocator import LARGE_RESULT, ZeroCopySwitch
+
+    class Switch(ZeroCopySwitch):
+        WARM_UP, TRIAL_CHUNKS, TRIAL_SECONDS = 1, 1, 0.0
+
+    sw = Switch(pool=None)
+    sw._active = lambda: contextlib.nullcontext()      # no real allocator needed here
+    for _ in range(5):                     # small results: never tried
+        with sw.chunk():
+            pass
+        sw.observe(0.01, 10, 10 * 1000)
+        assert not sw.on
+    sw.observe(0.01, 10, 10 * LARGE_RESULT)              # large: the trial starts, on first
+    used = []
+    for _ in range(4):
+        with sw.chunk():
+            used.append(sw._used)
+        sw.observe(0.001 if sw._used else 0.002, 1, LARGE_RESULT)
+    assert used == [True, False, True, False]              # alternating, one warm-up each
+    assert sw.on                                           # on was cheaper: kept
+    sw = Switch(pool=None)
+    sw._active = lambda: contextlib.nullcontext()
+    sw.observe(0.01, 1, LARGE_RESULT)
+    for _ in range(4):
+        with sw.chunk():
+            pass
+        sw.observe(0.003 if sw._used else 0.002, 1, LARGE_RESULT)
+    assert not sw.on                                       # off was cheaper
+    for _ in range(3):                                     # and it stays off until a retry
+        with sw.chunk():
+            assert not sw._used
+        sw.observe(0.001, 1, LARGE_RESULT)
+    assert not sw.on
 
 
 def test_shared_empty_outside_a_worker_is_numpy_empty():

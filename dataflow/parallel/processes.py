@@ -37,6 +37,7 @@ import zmq
 
 from .. import config, rng
 from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, func_name, run_chunk
+from .allocator import ZeroCopySwitch
 from .shm import SegmentPool, SegmentReader
 from . import shm, transport
 from .supervisor import (WorkerCrashedError, check_workers, describe_exit, die_with_parent,
@@ -177,11 +178,12 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
-    context = zmq.Context(1)
+    context = transport.make_context()
     sock = transport.make_socket(context)
     sock.bind(endpoint)
     pool = SegmentPool(fd_sock)
     shm._worker_pool = pool
+    zero_copy = ZeroCopySwitch(pool)
     try:
         func = shipped.obj(wid)
         desc = f"map function {func_name(func)}"
@@ -196,10 +198,13 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
             if not tasks:
                 continue
             run, items = tasks.popleft()
-            results, busy = run_chunk(func, run, items)
+            t0, placed = time.thread_time(), pool.bytes_placed
+            with zero_copy.chunk():
+                results, busy = run_chunk(func, run, items)
             indices = {seq: index for seq, index, _ in items}
             for frame in transport.encode_results(results, indices, busy, pool, desc):
                 sock.send(frame, copy=False)
+            zero_copy.observe(time.thread_time() - t0, len(items), pool.bytes_placed - placed)
     except BaseException as e:
         err = WorkerError.from_exception(e, f"worker process {os.getpid()} (worker {wid})")
         sock.setsockopt(zmq.LINGER, 2000)            # make sure the report gets out
@@ -378,7 +383,7 @@ class ProcessExecutor:
         self._closed = False
         self._owner_pid = os.getpid()
         self._busy = threading.RLock()      # held by get(); close() waits for it
-        self._context = zmq.Context(1)
+        self._context = transport.make_context()
         self._endpoints = transport.Endpoints()
         self._released = collections.deque()
         self._batches = collections.deque()

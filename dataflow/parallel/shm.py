@@ -15,6 +15,7 @@ and queues its id; the id travels back to the worker with the next task, and onl
 worker write into that segment again. So an array the user still holds is never overwritten, and a
 user who keeps many results alive makes the pool grow instead of stalling it.
 """
+import collections
 import mmap
 import os
 import socket
@@ -64,12 +65,13 @@ def _anonymous_file(size):
 
 
 class _Segment:
-    __slots__ = ("id", "size", "mm", "with_consumer", "held_here")
+    __slots__ = ("id", "size", "mm", "address", "with_consumer", "held_here")
 
     def __init__(self, sid, size, mm):
         self.id, self.size, self.mm = sid, size, mm
+        self.address = np.frombuffer(mm, np.uint8).ctypes.data
         self.with_consumer = False    # sent and not yet released by the consumer
-        self.held_here = False        # a shared_empty array of it is alive in this worker
+        self.held_here = False        # an array made on it (shared_empty, lend) lives here
 
 
 class SegmentPool:
@@ -77,18 +79,27 @@ class SegmentPool:
 
     ``fd_socket`` is this worker's end of a Unix socket pair; a new segment's descriptor is sent
     through it before any message that refers to the segment, so the consumer finds it there.
+
+    Besides the segments that results are copied into, the pool hands out whole segments for
+    arrays made in the worker: :meth:`empty` (``shared_empty``) and :meth:`lend` (the NumPy
+    allocator of :mod:`.allocator`). Such an array is sent where it is if the worker no longer
+    refers to it once the results are encoded, and copied otherwise (:meth:`place`).
     """
 
     def __init__(self, fd_socket):
         self._sock = fd_socket
         self._segments = {}
         self._free = {}            # size -> [segment ids]
-        self._by_address = {}      # buffer address -> segment id, for shared_empty arrays
+        self._by_address = {}      # address -> segment id, of arrays made on a whole segment
         self._next_id = 0
         self.new = []              # [id, size] created since the last message; read by the sender
+        self.lent = {}             # address -> bytes, of the segments lent to NumPy
+        self.freed = collections.deque()   # addresses NumPy gave back, not yet taken back
+        self.bytes_placed = 0      # bytes of all the arrays that results carried
 
     def allocate(self, nbytes):
         """A free segment of at least ``nbytes``; it now belongs to the consumer's next read."""
+        self._take_back()
         size = _size_class(nbytes)
         free = self._free.get(size)
         if free:
@@ -119,18 +130,13 @@ class SegmentPool:
         if not seg.with_consumer and not seg.held_here:
             self._free.setdefault(seg.size, []).append(seg.id)
 
-    def empty(self, shape, dtype):
-        """An array whose memory is a segment of its own, to be returned in a result without a
-        copy. The segment goes back to the pool when both sides are done with it."""
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    def _hold(self, nbytes):
+        """A segment for an array of ``nbytes`` that lives in this worker for now."""
         seg = self.allocate(max(nbytes, 1))
         seg.with_consumer = False
         seg.held_here = True
-        holder = _Lease((max(nbytes, 1),), np.uint8, buffer=seg.mm)
-        self._by_address[holder.ctypes.data] = seg.id
-        weakref.finalize(holder, self._drop_local, seg.id, holder.ctypes.data)
-        return holder.view(np.ndarray)[:nbytes].view(dtype).reshape(shape)
+        self._by_address[seg.address] = seg.id
+        return seg
 
     def _drop_local(self, sid, address):
         self._by_address.pop(address, None)
@@ -138,31 +144,79 @@ class SegmentPool:
         seg.held_here = False
         self._maybe_free(seg)
 
-    def place(self, buffers):
-        """Put the out-of-band ``buffers`` (1-D uint8 views) of one message in shared memory.
+    def empty(self, shape, dtype):
+        """An array whose memory is a segment of its own, to be returned in a result without a
+        copy. The segment goes back to the pool when both sides are done with it."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        seg = self._hold(nbytes)
+        holder = _Lease((max(nbytes, 1),), np.uint8, buffer=seg.mm)
+        weakref.finalize(holder, self._drop_local, seg.id, seg.address)
+        return holder.view(np.ndarray)[:nbytes].view(dtype).reshape(shape)
 
-        Returns one ``[segment_id, offset, nbytes]`` per buffer. A buffer that is a whole
-        :func:`shared_empty` array is referred to where it is; the others are copied, once, into
-        one fresh segment.
+    def lend(self, nbytes):
+        """The address of a segment for NumPy to put an array's data in (0 when no shared
+        memory can be had: NumPy then uses the heap). Given back through ``freed``."""
+        try:
+            seg = self._hold(nbytes)
+        except SharedMemoryError:
+            return 0
+        self.lent[seg.address] = seg.size
+        return seg.address
+
+    def _take_back(self):
+        """Take back the segments whose arrays NumPy freed (queued by any thread)."""
+        while self.freed:
+            address = self.freed.popleft()
+            self.lent.pop(address, None)
+            self._drop_local(self._by_address[address], address)
+
+    def place(self, messages):
+        """Put the out-of-band buffers (1-D uint8 views) of some messages in shared memory;
+        returns one ``[[segment_id, offset, nbytes], ...]`` per message. Empties the lists.
+
+        A buffer that is the whole of an array made on a segment of this pool is sent where it
+        is, unless the worker still refers to that array once the caller has dropped its own
+        references (its map function kept it: it may write to it again), or the array went in
+        an earlier message already. Every other buffer is copied, once, into one fresh segment
+        per message.
         """
-        descs, to_copy, total = [], [], 0
-        for b in buffers:
-            arr = np.frombuffer(b, np.uint8)
-            sid = self._by_address.get(arr.ctypes.data) if arr.size else None
-            if sid is not None:
-                self._segments[sid].with_consumer = True
-                descs.append([sid, 0, arr.size])
-            else:
-                descs.append(None)
-                to_copy.append((len(descs) - 1, arr, total))
-                total += aligned(arr.size)
-        if to_copy:
-            seg = self.allocate(total)
-            dest = np.frombuffer(seg.mm, np.uint8)
-            for i, arr, offset in to_copy:
-                dest[offset:offset + arr.size] = arr
-                descs[i] = [seg.id, offset, arr.size]
-        return descs
+        own = []                                   # (message, position, segment, was_sent)
+        for m, buffers in enumerate(messages):
+            for i, b in enumerate(buffers):
+                arr = np.frombuffer(b, np.uint8)
+                self.bytes_placed += arr.size
+                sid = self._by_address.get(arr.ctypes.data) if arr.size else None
+                if sid is not None:
+                    seg = self._segments[sid]
+                    own.append((m, i, seg, arr.size, seg.with_consumer))
+                    seg.with_consumer = True      # not free, whatever the worker does now
+                    buffers[i] = None
+                del arr, b
+        self._take_back()                          # the arrays the caller no longer refers to
+        out = [[None] * len(buffers) for buffers in messages]
+        sent_in = {}
+        for m, i, seg, nbytes, was_sent in own:
+            if not seg.held_here and not was_sent and sent_in.setdefault(seg.id, m) == m:
+                out[m][i] = [seg.id, 0, nbytes]
+            else:                                  # copy it, from where it is
+                messages[m][i] = np.frombuffer(seg.mm, np.uint8, nbytes)
+                seg.with_consumer = was_sent or seg.id in sent_in
+        for descs, buffers in zip(out, messages):
+            to_copy, total = [], 0
+            for i, b in enumerate(buffers):
+                if b is not None:
+                    arr = np.frombuffer(b, np.uint8)
+                    to_copy.append((i, arr, total))
+                    total += aligned(arr.size)
+            if to_copy:
+                seg = self.allocate(total)
+                dest = np.frombuffer(seg.mm, np.uint8)
+                for i, arr, offset in to_copy:
+                    dest[offset:offset + arr.size] = arr
+                    descs[i] = [seg.id, offset, arr.size]
+            buffers.clear()
+        return out
 
 
 class _Lease(np.ndarray):
@@ -232,9 +286,11 @@ def shared_empty(shape, dtype=float):
     """``numpy.empty(shape, dtype)``, allocated directly in shared memory when called inside a
     process worker, so that returning it in a datapoint costs no copy at all.
 
-    Once returned from the map function, the array belongs to the consumer: the worker must not
-    write to it again. Outside a process worker (serial or thread execution) this is plain
-    ``numpy.empty``.
+    The array is sent where it is if the worker no longer refers to it once the map function
+    has returned; if the map function keeps it (to write to it again), it is copied, as any
+    array. Outside a process worker (serial or thread execution) this is plain ``numpy.empty``.
+    Large arrays made with ordinary numpy calls can get the same treatment automatically: see
+    :mod:`dataflow.parallel.allocator`.
     """
     if _worker_pool is None:
         return np.empty(shape, dtype)
