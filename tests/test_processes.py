@@ -600,37 +600,42 @@ def test_large_results_are_made_in_shared_memory_in_the_worker():
 
 def test_zero_copy_switch_trial():
     from dataflow.parallel.allocator import LARGE_RESULT, ZeroCopySwitch
+    clock = [0.0]
 
     class Switch(ZeroCopySwitch):
         WARM_UP, TRIAL_CHUNKS, TRIAL_SECONDS = 1, 1, 0.0
 
+        @staticmethod
+        def clock():
+            return clock[0]
+
     sw = Switch(pool=None)
     sw._active = lambda: contextlib.nullcontext()      # no real allocator needed here
+
+    def chunk(sw, seconds):
+        with sw.chunk():
+            used = sw._used
+            clock[0] += seconds(used)
+        sw.observe(1, LARGE_RESULT)
+        return used
+
     for _ in range(5):                     # small results: never tried
         with sw.chunk():
             pass
-        sw.observe(0.01, 10, 10 * 1000)
+        sw.observe(10, 10 * 1000)
         assert not sw.on
-    sw.observe(0.01, 10, 10 * LARGE_RESULT)              # large: the trial starts, on first
-    used = []
-    for _ in range(4):
-        with sw.chunk():
-            used.append(sw._used)
-        sw.observe(0.001 if sw._used else 0.002, 1, LARGE_RESULT)
+    sw.observe(10, 10 * LARGE_RESULT)              # large: the trial starts, on first
+    used = [chunk(sw, lambda on: 0.001 if on else 0.002) for _ in range(4)]
     assert used == [True, False, True, False]              # alternating, one warm-up each
     assert sw.on                                           # on was cheaper: kept
     sw = Switch(pool=None)
     sw._active = lambda: contextlib.nullcontext()
-    sw.observe(0.01, 1, LARGE_RESULT)
+    sw.observe(1, LARGE_RESULT)
     for _ in range(4):
-        with sw.chunk():
-            pass
-        sw.observe(0.003 if sw._used else 0.002, 1, LARGE_RESULT)
+        chunk(sw, lambda on: 0.003 if on else 0.002)
     assert not sw.on                                       # off was cheaper
     for _ in range(3):                                     # and it stays off until a retry
-        with sw.chunk():
-            assert not sw._used
-        sw.observe(0.001, 1, LARGE_RESULT)
+        assert not chunk(sw, lambda on: 0.001)
     assert not sw.on
 
 

@@ -188,7 +188,7 @@ class ZeroCopySwitch:
     """Whether a worker's map function runs with its large allocations in shared memory.
 
     Use: ``with switch.chunk(): <run the map function over a chunk>``, then
-    ``switch.observe(cpu_seconds, datapoints, array_bytes)`` once the results are encoded.
+    ``switch.observe(datapoints, array_bytes)`` once the results are encoded.
 
     Off until the results of a chunk carry at least :data:`LARGE_RESULT` bytes of arrays per
     datapoint. Then a trial: chunks alternate on and off until each side has run
@@ -197,6 +197,7 @@ class ZeroCopySwitch:
     from ``time.thread_time``, so that a busy machine does not blur it) wins. A new trial
     follows every ``RETRY_SECONDS``, since map functions change as they warm up.
     """
+    clock = staticmethod(time.thread_time)
     WARM_UP = 2
     TRIAL_CHUNKS = 5
     TRIAL_SECONDS = 0.005
@@ -209,10 +210,13 @@ class ZeroCopySwitch:
         self._used = False
         self._trial = None        # {True: [seconds per datapoint of each chunk], False: [...]}
         self._retry_at = None
+        self._started = None      # thread_time() at the start of a chunk, during a trial
 
     def chunk(self):
-        """The context in which to run the next chunk's map calls."""
+        """The context in which to run the next chunk's map calls (timed from here to
+        :meth:`observe` during a trial)."""
         self._used = False
+        self._started = self.clock() if self._trial is not None else None
         if self.on and self._active is None:
             self._active = allocating_in(self._pool) or False
         if not self.on or not self._active:
@@ -220,16 +224,20 @@ class ZeroCopySwitch:
         self._used = True
         return self._active()
 
-    def observe(self, seconds, datapoints, array_bytes):
-        """Account for the chunk just run: the CPU seconds it took (map and encoding), its
-        datapoints and the bytes of arrays its results carried."""
+    def observe(self, datapoints, array_bytes):
+        """Account for the chunk just run and encoded: its datapoints and the bytes of arrays
+        its results carried."""
         if not datapoints or self._active is False:
             return
+        seconds = None if self._started is None else self.clock() - self._started
         if self._trial is None:
             large = self._retry_at is None and array_bytes / datapoints >= LARGE_RESULT
             if large or (self._retry_at is not None and time.monotonic() >= self._retry_at):
                 self._trial = {True: [], False: []}
                 self.on = True
+            return
+        if seconds is None:                    # the trial began after this chunk started
+            self.on = True
             return
         self._trial[self._used].append(seconds / datapoints)
         on, off = (sorted(self._trial[side][self.WARM_UP:]) for side in (True, False))

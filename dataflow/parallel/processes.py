@@ -198,13 +198,13 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
             if not tasks:
                 continue
             run, items = tasks.popleft()
-            t0, placed = time.thread_time(), pool.bytes_placed
+            placed = pool.bytes_placed
             with zero_copy.chunk():
                 results, busy = run_chunk(func, run, items)
             indices = {seq: index for seq, index, _ in items}
             for frame in transport.encode_results(results, indices, busy, pool, desc):
-                sock.send(frame, copy=False)
-            zero_copy.observe(time.thread_time() - t0, len(items), pool.bytes_placed - placed)
+                sock.send(frame)
+            zero_copy.observe(len(items), pool.bytes_placed - placed)
     except BaseException as e:
         err = WorkerError.from_exception(e, f"worker process {os.getpid()} (worker {wid})")
         sock.setsockopt(zmq.LINGER, 2000)            # make sure the report gets out
