@@ -64,13 +64,6 @@ def _anonymous_file(size):
     return fd
 
 
-def _map(fd, size):
-    """Map a segment, with its page-table entries made up front where the system allows
-    (``MAP_POPULATE``: one call instead of a page fault per 4 KiB page on first touch)."""
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(fd, size, flags=flags)
-
-
 class _Segment:
     __slots__ = ("id", "size", "mm", "address", "with_consumer", "held_here")
 
@@ -114,7 +107,7 @@ class SegmentPool:
         else:
             fd = _anonymous_file(size)
             try:
-                mm = _map(fd, size)
+                mm = mmap.mmap(fd, size)
                 socket.send_fds(self._sock, [b"F"], [fd])
             finally:
                 os.close(fd)
@@ -254,7 +247,7 @@ class SegmentReader:
         for sid, size in new:
             _, fds, _, _ = socket.recv_fds(self._sock, 1, 1)
             try:
-                self._maps[sid] = _map(fds[0], size)
+                self._maps[sid] = mmap.mmap(fds[0], size)
                 self.pool_bytes += size
             finally:
                 os.close(fds[0])
