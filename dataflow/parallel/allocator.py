@@ -178,6 +178,10 @@ def allocating_in(pool):
         taken = _handler_name() == _HANDLER_NAME.decode()
     if not taken:
         return None
+    # Arrays call the handler when they are freed, which may be during interpreter shutdown,
+    # after module globals are cleared: one reference that is never given back keeps its
+    # callbacks alive for the life of the process.
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
     _handlers.append(handler)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_back_to_default_in_child)
