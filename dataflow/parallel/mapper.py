@@ -39,6 +39,22 @@ OK, DROP, ERR = 0, 1, 2
 # short enough that work stays spread over workers. 10 ms measured best on ~1 ms Python maps.
 _CHUNK_SECONDS = 0.01
 _MAX_CHUNK = 64
+# ... and so that a chunk's results hold at most about this many bytes of arrays: a worker's
+# results of one chunk are alive together, and large ones must stay few to be reused while hot
+# (and, for processes, fit in one message of shared memory: transport.MESSAGE_BYTES).
+_CHUNK_BYTES = 4 << 20
+
+
+def _array_bytes(value):
+    """Bytes of the numpy arrays in a result: the result itself, or its items one level down
+    (a list, tuple or dict of arrays and other values)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return 0
+    return sum(v.nbytes for v in value if isinstance(v, np.ndarray))
 
 
 class WorkerTraceback(Exception):
@@ -198,6 +214,7 @@ class _Pass:
         self.index = 0             # non-strict: position in the current source run
         self.run_len = None        # non-strict, unknown length: datapoints in one source run
         self.per_item = None       # moving average of a worker's seconds per datapoint
+        self.item_bytes = 0        # moving average of the bytes of arrays in a result
         self.run = -1              # number of the current run of the source (keys random ops)
 
 
@@ -317,7 +334,9 @@ class ParallelMapData(ProxyDataFlow):
         st = self._state
         if st.per_item is None:
             return 1
-        return max(1, min(_MAX_CHUNK, int(_CHUNK_SECONDS / max(st.per_item, 1e-7))))
+        by_time = int(_CHUNK_SECONDS / max(st.per_item, 1e-7))
+        by_bytes = int(_CHUNK_BYTES // st.item_bytes) if st.item_bytes else _MAX_CHUNK
+        return max(1, min(_MAX_CHUNK, by_time, by_bytes))
 
     def _send(self, source, index, room):
         """Send up to ``room`` datapoints from ``source`` in chunks, numbering them from ``index``
@@ -375,6 +394,10 @@ class ParallelMapData(ProxyDataFlow):
         if results:
             per_item = busy / len(results)
             st.per_item = per_item if st.per_item is None else 0.8 * st.per_item + 0.2 * per_item
+            kind, value = results[0][1], results[0][2]      # one sample per batch
+            if kind == OK:
+                st.item_bytes = 0.8 * st.item_bytes + 0.2 * _array_bytes(value) \
+                    if st.item_bytes else _array_bytes(value)
         for seq, kind, value in results:
             st.outstanding.pop(seq)
             if seq < first_seq:

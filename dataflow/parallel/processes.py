@@ -504,12 +504,7 @@ class ProcessExecutor:
         return out
 
     def submit(self, run, items):
-        # A chunk whose results would fill more than one message is sent as several tasks, so
-        # that the worker takes back its free segments between them.
-        per_item = self._bytes_per_item
-        step = len(items) if not per_item else max(1, int(transport.MESSAGE_BYTES // per_item))
-        for i in range(0, len(items), step):
-            self._backlog.append((run, items[i:i + step]))
+        self._backlog.append((run, items))
         self._dispatch()
 
     def _collect_releases(self):
