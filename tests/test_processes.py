@@ -569,7 +569,17 @@ def test_large_results_are_made_in_shared_memory_in_the_worker():
 
         def f(dp):
             i = dp[0]
-            a = np.full((512, 1024), i, np.float32)          # 2 MiB
+            if i % 3 == 0:                                   # malloc: 2 MiB
+                a = np.full((512, 1024), i, np.float32)
+            elif i % 3 == 1:                                 # calloc, then written in part
+                a = np.zeros((512, 1024), np.float32)
+                a[256:] = i
+                a[:256] = i
+            else:                                            # malloc, then realloc (grow)
+                a = np.full(256 * 1024, i, np.float32)
+                a.resize(512 * 1024, refcheck=False)
+                a[256 * 1024:] = i
+                a = a.reshape(512, 1024)
             child = None
             if i % 25 == 0:            # what a process forked here allocates with
                 r, w = os.pipe()
@@ -596,6 +606,42 @@ def test_large_results_are_made_in_shared_memory_in_the_worker():
     assert seen == list(range(400))
     assert names["dataflow_shared_memory"] >= 100, names
     assert children - {None} == {"default_allocator"}
+
+
+def test_allocator_serves_large_allocations_from_the_pool():
+    """The NumPy handler, in this process: malloc, calloc and realloc of 256 KiB or more come
+    from segments of the pool, smaller ones from the heap; freeing only queues the address, and
+    the pool takes the segment back before its next allocation."""
+    import socket
+    from dataflow.parallel import allocator
+    from dataflow.parallel.shm import SegmentPool
+    if not allocator.available():
+        pytest.skip("this numpy has no memory-handler API (numpy < 1.22)")
+    mine, theirs = socket.socketpair()
+    with mine, theirs:
+        pool = SegmentPool(theirs)
+        active = allocator.allocating_in(pool)
+        assert active is not None
+        with active():
+            big = np.full(1 << 18, 7, np.float32)                 # 1 MiB: malloc
+            zeros = np.zeros(1 << 18, np.float32)                 # calloc
+            grown = np.full(1 << 16, 3, np.float32)               # 256 KiB, then realloc
+            before_realloc = grown.ctypes.data
+            grown.resize(1 << 18, refcheck=False)
+            small = np.full(1000, 1.0)
+        assert big.ctypes.data in pool.lent and zeros.ctypes.data in pool.lent
+        assert grown.ctypes.data in pool.lent and small.ctypes.data not in pool.lent
+        assert (big == 7).all() and (zeros == 0).all() and (grown[:1 << 16] == 3).all()
+        assert list(pool.freed) == [before_realloc]   # given back by realloc, not yet taken
+        addresses = {big.ctypes.data, zeros.ctypes.data, grown.ctypes.data}
+        del big, zeros, grown, small
+        assert set(pool.freed) >= addresses
+        pool._take_back()
+        assert not pool.lent and not pool.freed
+        assert all(not seg.held_here and not seg.with_consumer
+                   for seg in pool._segments.values())
+        for seg in pool._segments.values():      # a worker's pool lives as long as the worker
+            seg.mm.close()
 
 
 def test_zero_copy_switch_trial():

@@ -11,7 +11,7 @@ Two rules keep this invisible to the map function:
 
 * **An array the worker still holds is never lent.** An array is sent in place only if the worker
   freed it once the results were encoded (nothing in the map function's state refers to it);
-  otherwise it is copied, as any array is. See :meth:`~.shm.SegmentPool.settle`.
+  otherwise it is copied, as any array is. See :meth:`~.shm.SegmentPool.place`.
 * **It is used only where it pays.** Each allocation or free made while the handler is in place
   runs a little Python (about 1-2 us, small arrays included), which a map function making many
   small temporaries would feel. :class:`ZeroCopySwitch` turns it on only for a map function whose
@@ -108,7 +108,7 @@ class _SharedMemoryHandler:
                 address = lend(size)
                 if address:
                     return address
-            return malloc(size)
+            return malloc(size or 1)
 
         def on_calloc(ctx, count, size):
             if count * size >= MIN_BYTES:
@@ -116,7 +116,7 @@ class _SharedMemoryHandler:
                 if address:
                     ctypes.memset(address, 0, count * size)
                     return address
-            return calloc(count, size)
+            return calloc(count or 1, size or 1)
 
         def on_realloc(ctx, address, size):
             old = lent.get(address)

@@ -159,7 +159,7 @@ class SegmentPool:
         memory can be had: NumPy then uses the heap). Given back through ``freed``."""
         try:
             seg = self._hold(nbytes)
-        except SharedMemoryError:
+        except (SharedMemoryError, OSError):      # no memory, or the consumer is gone
             return 0
         self.lent[seg.address] = seg.size
         return seg.address
