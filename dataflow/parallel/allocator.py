@@ -173,7 +173,10 @@ def allocating_in(pool):
     ``pool``; None where that is not possible. Checks once that NumPy took the handler."""
     if not available():
         return None
-    handler = _SharedMemoryHandler(pool, _set_handler)
+    try:
+        handler = _SharedMemoryHandler(pool, _set_handler)
+    except (AttributeError, OSError, TypeError):    # no C library to load by name (Windows)
+        return None
     with handler.active():
         taken = _handler_name() == _HANDLER_NAME.decode()
     if not taken:
