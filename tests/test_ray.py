@@ -5,8 +5,10 @@ seconds, each executor's actors a fraction of one.
 """
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -29,11 +31,16 @@ def ray_session():
     anyway): Ray's raylet, GCS and idle workers, which Ray starts and stops on its own, must not
     run under pytest during other files, whose leak checks count child processes."""
     started = not ray.is_initialized()
+    before = set(os.listdir("/tmp/ray")) if os.path.isdir("/tmp/ray") else set()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        temp_dir = tempfile.mkdtemp(prefix="dataflow-test-ray-")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
     yield ray
     if started:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    after = set(os.listdir("/tmp/ray")) if os.path.isdir("/tmp/ray") else set()
+    assert after <= before, f"Ray left {sorted(after - before)} in /tmp/ray"
 
 
 def points(n=N):
@@ -98,6 +105,37 @@ def test_dataflow_never_imports_ray_and_says_how_to_install_it():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=50)
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_local_instance_we_start_leaves_no_files():
+    """A Ray dataflow in a process not connected to Ray starts a local instance; at exit it is
+    shut down and its files (logs, sockets) removed: nothing in /tmp/ray, nothing of ours."""
+    tmp = tempfile.gettempdir()
+
+    def ours():
+        found = {n for n in os.listdir(tmp) if n.startswith("dataflow-ray-")}
+        if os.path.isdir(os.path.join(tmp, "ray")):
+            found |= {"ray/" + n for n in os.listdir(os.path.join(tmp, "ray"))}
+        return found
+
+    code = (
+        "import dataflow as D\n"
+        "from dataflow.parallel.ray import started_ray\n"
+        "df = D.RayMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,\n"
+        "                  lambda dp: [dp[0] * 2], strict=True)\n"
+        "df.reset_state()\n"
+        "assert sorted(x[0] for x in df) == list(range(0, 40, 2))\n"
+        "assert started_ray()\n"
+        "df.close()\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RAY_ADDRESS", None)
+    before = ours()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=80)
+    assert p.returncode == 0, p.stderr
+    assert ours() <= before, f"left behind: {sorted(ours() - before)}"
 
 
 @pytest.mark.timeout(30)

@@ -18,6 +18,7 @@ Guarantees and choices, in one place:
   a cluster we joined is not ours, and a local instance we started is shared by every later Ray
   dataflow of the process (starting one costs seconds). It goes at interpreter exit (Ray's own
   exit hook), or when you call ``ray.shutdown()``. :func:`started_ray` tells whether we started it.
+  Its files go to a private temporary directory (not ``/tmp/ray``), removed at exit.
 * **Actors** are ordinary (non-detached) actors named ``dataflow-<executor id>-w<worker>.<n>`` in
   the driver's namespace, each holding ``num_cpus_per_worker`` CPUs. Each calls
   ``make_func(worker_id)`` once (seeded like a worker process, see :func:`dataflow.rng.seed_worker`)
@@ -41,10 +42,13 @@ Guarantees and choices, in one place:
 * **Chunks** hold about :data:`CHUNK_SECONDS` of work (a Ray task costs ~10 times a process
   message), see :class:`_RayChunks`.
 """
+import atexit
 import collections
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 import time
 import uuid
 
@@ -106,9 +110,23 @@ def ensure_ray(address=None, num_cpus=None):
     if address is not None or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address)
     else:
-        ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False)
+        # Ray keeps a started instance's logs and sockets under /tmp/ray after it stops; ours
+        # go to a private directory, removed at exit once the instance is down.
+        temp_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
+        atexit.register(_shut_down_and_remove, ray, temp_dir)
+        ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
+                 _temp_dir=temp_dir)
         _started_ray = True
     return ray
+
+
+def _shut_down_and_remove(ray, temp_dir):
+    """At exit: stop the local Ray instance we started (Ray's own exit hook, registered when
+    Ray was imported, would run after this one), then remove its files."""
+    try:
+        ray.shutdown()
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _writable(obj):
