@@ -87,6 +87,17 @@ def wait_until(cond, seconds=15.0):
 
 
 # -- without a Ray session ---------------------------------------------------------------------
+def _run_python(code, timeout):
+    """Run ``code`` in a fresh interpreter that imports this checkout and is not told of any Ray
+    cluster; fail with its stderr unless it exits with 0."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RAY_ADDRESS", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    assert p.returncode == 0, p.stderr
+
+
 @pytest.mark.timeout(60)
 def test_dataflow_never_imports_ray_and_says_how_to_install_it():
     code = (
@@ -100,11 +111,7 @@ def test_dataflow_never_imports_ray_and_says_how_to_install_it():
         "    assert 'pip install \"dataflow-rt[ray]\"' in str(e), str(e)\n"
         "else:\n"
         "    raise SystemExit('no ImportError')\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=50)
-    assert p.returncode == 0, p.stderr
+    _run_python(code, timeout=50)
 
 
 @pytest.mark.timeout(90)
@@ -128,13 +135,8 @@ def test_a_local_instance_we_start_leaves_no_files():
         "assert sorted(x[0] for x in df) == list(range(0, 40, 2))\n"
         "assert started_ray()\n"
         "df.close()\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("RAY_ADDRESS", None)
     before = ours()
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=80)
-    assert p.returncode == 0, p.stderr
+    _run_python(code, timeout=80)
     assert ours() <= before, f"left behind: {sorted(ours() - before)}"
 
 
