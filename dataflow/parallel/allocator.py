@@ -32,9 +32,12 @@ import time
 
 import numpy as np
 
-__all__ = ["available", "allocating_in", "ZeroCopySwitch", "MIN_BYTES", "LARGE_RESULT"]
+__all__ = ["available", "allocating_in", "ZeroCopySwitch", "MIN_BYTES", "MAX_BYTES",
+           "LARGE_RESULT"]
 
-MIN_BYTES = 256 << 10       # allocations from this size up go to shared memory
+MIN_BYTES = 256 << 10       # allocations from this size up go to shared memory ...
+MAX_BYTES = 64 << 20        # ... up to this size: a larger one (a huge temporary, say) would
+                            # stay reserved in the pool for the worker's life; the heap gives it back
 LARGE_RESULT = 1 << 20      # results carrying this many bytes of arrays per datapoint qualify
 
 _HANDLER_NAME = b"dataflow_shared_memory"
@@ -85,8 +88,8 @@ def _handler_name():
 
 
 class _SharedMemoryHandler:
-    """The NumPy memory handler of one worker: allocations of ``MIN_BYTES`` or more come from
-    ``pool`` (a :class:`~.shm.SegmentPool`), smaller ones from the C library.
+    """The NumPy memory handler of one worker: allocations of ``MIN_BYTES`` to ``MAX_BYTES`` come
+    from ``pool`` (a :class:`~.shm.SegmentPool`), others from the C library.
 
     The callbacks may run in any thread and at any allocation, garbage collection included, so
     ``free`` only queues the address (``pool.freed``, a deque: appending is atomic); the pool
@@ -104,14 +107,14 @@ class _SharedMemoryHandler:
         lent, freed, lend = pool.lent, pool.freed, pool.lend
 
         def on_malloc(ctx, size):
-            if size >= MIN_BYTES:
+            if MIN_BYTES <= size <= MAX_BYTES:
                 address = lend(size)
                 if address:
                     return address
             return malloc(size or 1)
 
         def on_calloc(ctx, count, size):
-            if count * size >= MIN_BYTES:
+            if MIN_BYTES <= count * size <= MAX_BYTES:
                 address = lend(count * size)
                 if address:
                     ctypes.memset(address, 0, count * size)
