@@ -156,7 +156,6 @@ class _SharedMemoryHandler:
 
 
 _set_handler = _reset_handler = None
-_handlers = []                # every handler made stays alive: arrays keep calling it
 
 
 def available():
@@ -188,7 +187,6 @@ def allocating_in(pool):
     # after module globals are cleared: one reference that is never given back keeps its
     # callbacks alive for the life of the process.
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
-    _handlers.append(handler)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_back_to_default_in_child)
     return handler.active

@@ -181,7 +181,7 @@ class SegmentPool:
         an earlier message already. Every other buffer is copied, once, into one fresh segment
         per message.
         """
-        own = []                                   # (message, position, segment, was_sent)
+        own = []                 # (message, position, segment, nbytes, sent before)
         for m, buffers in enumerate(messages):
             for i, b in enumerate(buffers):
                 arr = np.frombuffer(b, np.uint8)
