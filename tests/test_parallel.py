@@ -386,3 +386,22 @@ def test_resuming_a_pass_after_close_raises_clearly(make):
     with pytest.raises(RuntimeError, match="closed"):
         for _ in range(100):
             next(it)
+
+
+def slow_first_two(dp):
+    if dp[0] < 2:
+        time.sleep(0.05)        # one-time costs of a worker's first datapoint (the workload)
+    return dp
+
+
+def test_slow_first_datapoints_do_not_keep_chunks_small():
+    """Chunks are sized from the time a datapoint takes, and the first datapoints of a worker
+    are slow (imports, caches): they must not set that size. After two slow ones, 2,000 fast
+    datapoints go in chunks of the largest size at once (about 2000 / 64 batches), not after
+    hundreds of batches of a few datapoints. Threads only: in a new process worker the next few
+    calls are slow too, which blurs the count."""
+    with D.MultiThreadMapData(Numbers(2002), 2, slow_first_two, strict=True) as df:
+        df.reset_state()
+        assert sum(1 for _ in df) == 2002
+        batches = D.stats(df)["parallel"]["batches"]
+    assert batches <= 2 * 2002 // 64 + 8, batches

@@ -214,6 +214,8 @@ class _Pass:
         self.index = 0             # non-strict: position in the current source run
         self.run_len = None        # non-strict, unknown length: datapoints in one source run
         self.per_item = None       # moving average of a worker's seconds per datapoint
+        self.timed = 0             # batches of results that per_item has seen
+        self.warm_up = 0           # of which the first ones size no chunk (set by the first)
         self.item_bytes = 0        # moving average of the bytes of arrays in a result
         self.run = -1              # number of the current run of the source (keys random ops)
 
@@ -330,9 +332,17 @@ class ParallelMapData(ProxyDataFlow):
             else:
                 yield from self._endless_pass()
 
+    def _warming_up(self):
+        """Whether chunk sizes are still unknown. The first datapoints of a worker pay one-time
+        costs (imports, caches, its first shared memory): until each of the first workers could
+        have reported twice, datapoints go one at a time and the estimate is the fastest batch
+        so far."""
+        st = self._state
+        return st.per_item is None or st.timed < st.warm_up
+
     def _chunk_size(self):
         st = self._state
-        if st.per_item is None:
+        if self._warming_up():
             return 1
         by_time = int(_CHUNK_SECONDS / max(st.per_item, 1e-7))
         by_bytes = int(_CHUNK_BYTES // st.item_bytes) if st.item_bytes else _MAX_CHUNK
@@ -372,9 +382,9 @@ class ParallelMapData(ProxyDataFlow):
         if st is None:                 # close() while a pass was suspended
             raise RuntimeError(CLOSED_WHILE_ITERATING)
         room = self.buffer_size - len(st.outstanding) - len(st.held) - len(st.ready)
-        if st.per_item is None:
-            # No timing yet: one datapoint per worker (and one spare each) until the first
-            # results tell how big chunks should be; the buffer fills right after.
+        if self._warming_up():
+            # One datapoint per worker (and one spare each) until the first results tell how
+            # big chunks should be; the buffer fills right after.
             room = min(room, 2 * self.num_workers - len(st.outstanding))
         return room
 
@@ -393,7 +403,13 @@ class ParallelMapData(ProxyDataFlow):
             self._autotune(t1)
         if results:
             per_item = busy / len(results)
-            st.per_item = per_item if st.per_item is None else 0.8 * st.per_item + 0.2 * per_item
+            st.timed += 1
+            if st.per_item is None:
+                st.per_item, st.warm_up = per_item, 2 * self.num_workers
+            elif st.timed <= st.warm_up:
+                st.per_item = min(st.per_item, per_item)
+            else:
+                st.per_item = 0.8 * st.per_item + 0.2 * per_item
             kind, value = results[0][1], results[0][2]      # one sample per batch
             if kind == OK:
                 st.item_bytes = 0.8 * st.item_bytes + 0.2 * _array_bytes(value) \

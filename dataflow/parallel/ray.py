@@ -486,7 +486,7 @@ class _RayChunks:
         ``buffer_size`` keeps two chunks in flight per actor (with many actors, raise
         ``buffer_size`` rather than let chunks shrink to where Ray's overhead dominates)."""
         per_item = self._state.per_item
-        if per_item is None or self.executor != "ray":
+        if self._warming_up() or self.executor != "ray":
             return super()._chunk_size()
         want = max(1, min(_MAX_CHUNK, int(CHUNK_SECONDS / max(per_item, 1e-7))))
         fit = max(1, self.buffer_size // (2 * self.num_workers))
