@@ -33,11 +33,13 @@ Message format of ``dumps`` (integers little-endian, offsets from the start of t
     header   the msgpack encoding of the object; arrays are ext records that name a buffer
     buffers  the raw bytes of every array, each starting at a multiple of 64
 
-All functions are thread-safe: they keep no state between calls.
+All functions are thread-safe. The only state kept between calls is a cache of the dtypes
+decoded so far and one reusable packer per thread for the records that describe arrays.
 """
 import math
 import struct
 import sys
+import threading
 
 import msgpack
 import numpy as np
@@ -83,6 +85,34 @@ def _dtype_ok(dtype):
     return dtype.kind in _KINDS and dtype.fields is None and not dtype.hasobject
 
 
+# Decoded dtype strings, all checked by _dtype_ok (a message names few, and names them often).
+_DTYPES = {}
+
+
+def _dtype_of(code):
+    """The supported dtype a header's dtype string names; ``ValueError`` for any other."""
+    dtype = _DTYPES.get(code)
+    if dtype is None:
+        dtype = np.dtype(code)
+        if not _dtype_ok(dtype):
+            raise ValueError(f"unsupported dtype {dtype}")
+        if len(_DTYPES) < 1024:
+            _DTYPES[code] = dtype
+    return dtype
+
+
+# Packs the small record that describes an array (one packer per thread, reused: making one
+# per array cost more than packing the record).
+_local = threading.local()
+
+
+def _pack_record(record):
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(use_bin_type=True)
+    return packer.pack(record)
+
+
 def _is_fortran(a):
     """Whether the array's bytes are laid out (and so are stored) in Fortran order."""
     return a.flags.f_contiguous and not a.flags.c_contiguous
@@ -100,9 +130,13 @@ def _byte_view(a):
 def _shape(flat, dtype, shape, fortran):
     """View the first bytes of the 1-D uint8 array ``flat`` as an array of dtype and shape."""
     nbytes = dtype.itemsize * math.prod(shape)
-    if flat.size < nbytes:
-        raise ValueError(f"array needs {nbytes} bytes, buffer has {flat.size}")
-    return flat[:nbytes].view(dtype).reshape(shape, order="F" if fortran else "C")
+    if flat.size != nbytes:
+        if flat.size < nbytes:
+            raise ValueError(f"array needs {nbytes} bytes, buffer has {flat.size}")
+        flat = flat[:nbytes]
+    if fortran:
+        return flat.view(dtype).reshape(shape, order="F")
+    return flat.view(dtype).reshape(shape)
 
 
 class _Encoder:
@@ -168,7 +202,7 @@ class _Encoder:
             self.buffers.append(a if self.raw else _byte_view(a))
         else:
             where = a.tobytes(order="F" if fortran else "C")
-        return msgpack.ExtType(_EXT_ARRAY, msgpack.packb([a.dtype.str, a.shape, fortran, where]))
+        return msgpack.ExtType(_EXT_ARRAY, _pack_record([a.dtype.str, a.shape, fortran, where]))
 
 
 class _Decoder:
@@ -191,11 +225,10 @@ class _Decoder:
     def ext_hook(self, code, data):
         if code == _EXT_ARRAY:
             dtype, shape, fortran, where = msgpack.unpackb(data, raw=False)
-            dtype = np.dtype(dtype)
-            if not _dtype_ok(dtype):
-                raise ValueError(f"unsupported dtype {dtype}")
-            if not all(type(n) is int and n >= 0 for n in shape):
-                raise ValueError(f"bad array shape {shape!r}")
+            dtype = _dtype_of(dtype)
+            for n in shape:
+                if type(n) is not int or n < 0:
+                    raise ValueError(f"bad array shape {shape!r}")
             if isinstance(where, bytes):            # inline: an owned, writable copy
                 return _shape(np.frombuffer(where, np.uint8), dtype, shape, fortran).copy("A")
             if type(where) is not int or where < 0:
