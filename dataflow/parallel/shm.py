@@ -186,7 +186,9 @@ class SegmentPool:
             for i, b in enumerate(buffers):
                 arr = np.frombuffer(b, np.uint8)
                 self.bytes_placed += arr.size
-                sid = self._by_address.get(arr.ctypes.data) if arr.size else None
+                # (reading an array's address costs about 1 us: only when there is a candidate)
+                sid = self._by_address.get(arr.ctypes.data) if arr.size and self._by_address \
+                    else None
                 if sid is not None:
                     seg = self._segments[sid]
                     own.append((m, i, seg, arr.size, seg.with_consumer))
