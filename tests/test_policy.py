@@ -19,6 +19,7 @@ def _clean_config(monkeypatch):
     yield
     config.set_debug_mode(False)
     config.set_hang_timeout(config.DEFAULT_HANG_TIMEOUT)
+    config.set_worker_nice(config.DEFAULT_WORKER_NICE)
 
 
 def py_fn(dp):
@@ -216,4 +217,12 @@ def test_config_storage():
             config.set_hang_timeout(bad)
     with pytest.raises(TypeError):
         config.set_debug_mode(1)
+    assert config.worker_nice() == 10
+    for ok in (0, 19, 3):
+        config.set_worker_nice(ok)
+        assert config.worker_nice() == ok
+    for bad in (-1, 20, 1.5, "3", None, True):
+        with pytest.raises(ValueError, match="set_worker_nice"):
+            config.set_worker_nice(bad)
+    assert config.worker_nice() == 3
     assert dataflow.config is config

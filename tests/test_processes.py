@@ -701,6 +701,25 @@ def test_shared_empty_outside_a_worker_is_numpy_empty():
 
 
 # -- 5. start methods ---------------------------------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="os.nice is POSIX-only")
+@pytest.mark.parametrize("method", START_METHODS)
+def test_workers_run_at_a_lower_priority_than_the_consumer(method):
+    """dataflow.config.set_worker_nice: workers started afterwards lower their priority by that
+    much (default 10); 0 keeps the consumer's."""
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    mine = os.nice(0)
+    try:
+        for increment in (D.config.DEFAULT_WORKER_NICE, 0, 3):
+            D.config.set_worker_nice(increment)
+            with D.MultiProcessMapData(numbers(6), 2, lambda dp: [os.nice(0)], strict=True,
+                                       start_method=method) as df:
+                df.reset_state()
+                assert {dp[0] for dp in df} == {min(19, mine + increment)}, increment
+    finally:
+        D.config.set_worker_nice(D.config.DEFAULT_WORKER_NICE)
+
+
 @pytest.mark.parametrize("method", START_METHODS)
 def test_start_methods_ship_lambdas_and_closures(method):
     if method not in mp.get_all_start_methods():

@@ -146,6 +146,16 @@ def _keep_freed_memory():
         pass
 
 
+def _lower_priority(increment):
+    """Give the consumer the CPU first when cores are short (``dataflow.config.set_worker_nice``).
+    Threads started afterwards, ZeroMQ's I/O thread included, inherit the priority."""
+    if increment and hasattr(os, "nice"):
+        try:
+            os.nice(increment)
+        except OSError:
+            pass
+
+
 def _take_messages(sock, pool, tasks):
     """Read every message that has arrived: segments handed back return to ``pool`` at once
     (so the next results reuse them, while they are still in cache), tasks queue up in
@@ -164,7 +174,7 @@ def _take_messages(sock, pool, tasks):
 
 
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
-                 forked_by_consumer):
+                 forked_by_consumer, nice):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -175,6 +185,7 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
         return
     _leave_fork_server()
     _keep_freed_memory()
+    _lower_priority(nice)
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
@@ -419,7 +430,8 @@ class ProcessExecutor:
         p = self._mp.Process(
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
-                  os.getpid(), self._pdeathsig, self.start_method != "forkserver"))
+                  os.getpid(), self._pdeathsig, self.start_method != "forkserver",
+                  config.worker_nice()))
         try:
             with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
