@@ -154,6 +154,8 @@ class _Encoder:
     def encode(self, obj):
         mark = len(self.buffers)
         try:
+            if type(obj) is np.ndarray:     # a bare array, common enough to skip the hook
+                return _pack_record(self.array(obj))
             return self.pack(obj)
         except BaseException as exc:
             del self.buffers[mark:]
