@@ -706,10 +706,13 @@ def thread_niceness(dp):
     """[[thread name, nice], ...] of the threads of the calling process (Linux)."""
     out = []
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/comm") as f:
-            name = f.read().strip()
-        with open(f"/proc/self/task/{tid}/stat") as f:
-            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        except FileNotFoundError:      # a thread that just ended
+            continue
         out.append([name, nice])
     return [os.nice(0), out]
 
