@@ -215,7 +215,8 @@ class _Pass:
         self.run_len = None        # non-strict, unknown length: datapoints in one source run
         self.per_item = None       # moving average of a worker's seconds per datapoint
         self.timed = 0             # batches of results that per_item has seen
-        self.warm_up = 0           # of which the first ones size no chunk (set by the first)
+        self.warm_up = 0           # batches to see before sizing chunks (fixed at the first, so
+                                   # that workers added later do not restart the warm-up)
         self.item_bytes = 0        # moving average of the bytes of arrays in a result
         self.run = -1              # number of the current run of the source (keys random ops)
 
