@@ -1,7 +1,7 @@
 """Map work in worker processes: for Python functions that hold the GIL.
 
-:class:`ProcessExecutor` runs :func:`~.mapper.run_chunk` in ``num_workers`` processes behind the
-:class:`~.mapper.Executor` contract. Tasks and small results travel as msgpack messages over
+:class:`ProcessExecutor` runs :func:`~.protocol.run_chunk` in ``num_workers`` processes behind the
+:class:`~.protocol.Executor` contract. Tasks and small results travel as msgpack messages over
 ZeroMQ (:mod:`.transport`); arrays of results travel through reused shared memory (:mod:`.shm`).
 Worker deaths are noticed at once (:mod:`.supervisor`).
 
@@ -36,7 +36,8 @@ import weakref
 import zmq
 
 from .. import config, rng
-from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, func_name, run_chunk
+from .mapper import ParallelMapData
+from .protocol import CLOSED_WHILE_ITERATING, WorkerError, func_name, run_chunk
 from .allocator import ZeroCopySwitch
 from .shm import SegmentPool, SegmentReader
 from . import shm, transport

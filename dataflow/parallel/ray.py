@@ -1,7 +1,7 @@
 """Map work on Ray actors: the same mapper, with workers on any node of a Ray cluster.
 
-:class:`RayExecutor` runs :func:`~.mapper.run_chunk` in ``num_workers`` Ray actors behind the
-:class:`~.mapper.Executor` contract, so :class:`RayMapData` has exactly the strict, ordered,
+:class:`RayExecutor` runs :func:`~.protocol.run_chunk` in ``num_workers`` Ray actors behind the
+:class:`~.protocol.Executor` contract, so :class:`RayMapData` has exactly the strict, ordered,
 buffering and error semantics of :class:`~dataflow.MultiProcessMapData` (they are the mapper's,
 not the executor's). The source dataflow runs in the consuming process; chunks of datapoints go to
 the actors as Ray tasks and results come back through Ray's object store.
@@ -55,8 +55,8 @@ import uuid
 import numpy as np
 
 from .. import config, rng
-from .mapper import (_MAX_CHUNK, CLOSED_WHILE_ITERATING, ERR, InlineExecutor, ParallelMapData,
-                     WorkerError, run_chunk)
+from .mapper import _MAX_CHUNK, ParallelMapData
+from .protocol import CLOSED_WHILE_ITERATING, ERR, InlineExecutor, WorkerError, run_chunk
 from .supervisor import WorkerCrashedError, check_workers
 from .threads import Constant, CopiesRunner, available_cpus
 from .transport import pickle_error, unpickle_error
@@ -163,7 +163,7 @@ class _ActorBody:
     """What runs in each Ray actor: ``make_func(wid)`` once, then :func:`run_chunk` per chunk.
 
     Results travel as ``("results", [(seq, kind, value)], busy)`` with each
-    :class:`~.mapper.WorkerError` pickled by :func:`~.transport.pickle_error` (so an exception that
+    :class:`~.protocol.WorkerError` pickled by :func:`~.transport.pickle_error` (so an exception that
     does not pickle still arrives, as a ``RuntimeError`` naming it); ``("failed", pickled error)``
     when the worker cannot run chunks at all (``make_func`` raised, or something outside one
     datapoint did).
@@ -270,7 +270,7 @@ def _show(indices):
 
 class RayExecutor:
     """``num_workers`` Ray actors, each running ``make_func(worker_id)`` once and then the map
-    function it returns on every chunk sent to it (the :class:`~.mapper.Executor` contract).
+    function it returns on every chunk sent to it (the :class:`~.protocol.Executor` contract).
 
     ``submit`` sends a chunk at once, as a Ray task, to the actor with the fewest datapoints in
     flight; Ray queues it there (an actor runs its chunks one at a time, in order). ``get`` waits

@@ -1,6 +1,6 @@
 """Map work in threads: for functions that release the GIL (numpy, OpenCV, I/O).
 
-:class:`ThreadExecutor` is a pool of daemon threads behind the :class:`~.mapper.Executor`
+:class:`ThreadExecutor` is a pool of daemon threads behind the :class:`~.protocol.Executor`
 contract; ordering, strictness and errors are the mapper's. The worker threads hold no reference
 to the dataflow, so an abandoned dataflow is garbage-collected and its finalizer stops them.
 """
@@ -15,8 +15,8 @@ import time
 import traceback
 
 from .. import config
-from .mapper import (CLOSED_WHILE_ITERATING, InlineExecutor, ParallelMapData, WorkerError,
-                     run_chunk)
+from .mapper import ParallelMapData
+from .protocol import CLOSED_WHILE_ITERATING, InlineExecutor, WorkerError, run_chunk
 from .supervisor import check_workers
 
 __all__ = ["ThreadExecutor", "MultiThreadMapData", "MultiThreadRunner", "available_cpus",

@@ -14,7 +14,7 @@ Messages are multipart; the first frame is a msgpack list whose first element sa
   free and no task is going that way; ``[STOP]``.
 * worker -> consumer: ``[RESULTS, busy_seconds, new_segments, buffer_descs, results]`` where each
   result is ``[seq, kind, payload]``: the datapoint's header (its arrays are the shared-memory
-  buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.mapper.WorkerError`, or
+  buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.protocol.WorkerError`, or
   nothing for a dropped datapoint; ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
 """
 import os
@@ -30,7 +30,7 @@ import msgpack
 import zmq
 
 from .. import serialize
-from .mapper import ERR, OK, WorkerError
+from .protocol import ERR, OK, WorkerError
 
 __all__ = ["Endpoints", "make_context", "make_socket", "TASK", "STOP", "RESULTS", "FAILED",
            "RELEASE", "encode_task", "encode_release", "decode_task", "encode_results",
