@@ -237,7 +237,7 @@ def make_executor(kind, num_workers, make_func, **process_options):
         return InlineExecutor(make_func)
     if kind == "thread":
         return ThreadExecutor(num_workers, make_func)
-    from .processes import ProcessExecutor
+    from .process_executor import ProcessExecutor
     return ProcessExecutor(num_workers, make_func, **process_options)
 
 

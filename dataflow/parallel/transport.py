@@ -100,7 +100,7 @@ def make_context(batch=True):
     fifth of its time on workload 2); as a batch thread it runs when a core comes free instead.
     Measured on 2 cores: workload 2 +10 %, workload 3 +6-17 %, workloads 1, 4, 5 unchanged.
     A worker's is not: its main thread runs at a lower priority than the I/O thread (see
-    ``processes._worker_main``), which should preempt it to send a result at once."""
+    ``worker._worker_main``), which should preempt it to send a result at once."""
     context = zmq.Context(1)
     if batch and _can_run_threads_as_batch():
         context.set(zmq.THREAD_SCHED_POLICY, os.SCHED_BATCH)

@@ -1,0 +1,129 @@
+"""Starting worker processes: the start method, and shipping objects to the workers.
+
+Used by the consumer's :class:`~.process_executor.ProcessExecutor`, and by the worker body
+(:mod:`.worker`) for the executors of pipelines nested in a worker.
+"""
+import atexit
+import contextlib
+import multiprocessing as mp
+import multiprocessing.spawn as mp_spawn
+import os
+import pickle
+import threading
+import weakref
+
+__all__ = ["default_start_method"]
+
+
+def default_start_method():
+    """The start method used when none is given.
+
+    ``"fork"`` while no other Python thread runs in this process: then nothing can hold a lock
+    that the child would inherit locked, and workers start in milliseconds and inherit
+    everything, as with tensorpack. Once another thread runs (ours, a library's, a
+    ``MultiThreadMapData`` upstream), ``"forkserver"``, whose server is a clean single-threaded
+    process, so nothing can deadlock; ``"spawn"`` where neither exists.
+    """
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _checked_start_method(method):
+    if method is not None and method not in mp.get_all_start_methods():
+        raise ValueError(f"start_method must be None or one of {mp.get_all_start_methods()}, "
+                         f"got {method!r}")
+    return method
+
+
+class _Shipped:
+    """Carries an object to a worker: inherited as is with fork, cloudpickled otherwise."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self._data = None
+
+    def __reduce__(self):
+        if self._data is None:
+            import cloudpickle
+            try:
+                self._data = cloudpickle.dumps(self.obj)
+            except Exception as e:
+                raise TypeError(f"{self.obj!r} cannot be sent to worker processes: "
+                                f"{type(e).__name__}: {e}") from e
+        return _unship, (self._data,)
+
+
+def _unship(data):
+    s = _Shipped(pickle.loads(data))
+    s._data = data
+    return s
+
+
+_live_executors = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Registered after multiprocessing's own exit hook, so it runs first: that hook joins
+    # non-daemonic children, which would wait forever for workers nobody closed.
+    for ex in list(_live_executors):
+        ex.close()
+
+
+_preload_lock = threading.Lock()
+
+
+_start_lock = threading.Lock()
+
+
+def _fresh_locks_after_fork():
+    # A child forked while this process held one of these locks (starting workers of its own)
+    # would find it locked forever: a nested pipeline in a forked worker would hang.
+    global _preload_lock, _start_lock
+    _preload_lock = threading.Lock()
+    _start_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
+@contextlib.contextmanager
+def _without_main_module(method):
+    """Start spawned/forkserver workers without re-running the user's main module in them.
+
+    multiprocessing normally imports ``__main__`` in each such child so that pickled references
+    to its functions resolve; that is why scripts need ``if __name__ == "__main__":``. Our workers
+    receive everything by value (cloudpickle), so they do not need it, and tensorpack scripts,
+    written for fork, have no such guard. While our workers start, the preparation data that
+    multiprocessing sends them leaves the main module out.
+    """
+    if method == "fork":               # a forked child gets no preparation data
+        yield
+        return
+    original = mp_spawn.get_preparation_data
+
+    def preparation_without_main(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _start_lock:
+        mp_spawn.get_preparation_data = preparation_without_main
+        try:
+            yield
+        finally:
+            mp_spawn.get_preparation_data = original
+
+
+def _get_context(method):
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        with _preload_lock:
+            # Workers fork from a server that already imported their body (fast starts); only takes
+            # effect if the server is not running yet.
+            ctx.set_forkserver_preload(["dataflow.parallel.worker"])
+    return ctx
