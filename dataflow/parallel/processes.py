@@ -2,170 +2,22 @@
 
 The process dataflows (:class:`MultiProcessMapData`, :class:`MultiProcessRunner`,
 :class:`MultiProcessMapAndBatchData`, tensorpack's ``...ZMQ`` names) run their work in a
-:class:`~.process_executor.ProcessExecutor`. Where the pieces live: starting workers and shipping
-objects to them in :mod:`.start`, the worker's body in :mod:`.worker`, the consumer's executor in
-:mod:`.process_executor`. Their public names stay importable from here.
+:class:`~.process_executor.ProcessExecutor`. Where the pieces live: the dataflows in
+:mod:`.runners`, starting workers and shipping objects to them in :mod:`.start`, the worker's
+body in :mod:`.worker`, the consumer's executor in :mod:`.process_executor`. Their public names stay importable from here.
 
 Start methods: see :func:`~.start.default_start_method` (``"fork"`` while no other thread runs,
 ``"forkserver"`` otherwise, ``"spawn"`` where neither exists). Functions and dataflows are shipped
 with cloudpickle, so lambdas and closures work with every start method; with ``"fork"`` they are
 inherited without pickling.
 """
-import logging
-
-from .mapper import ParallelMapData
-from .policy import choose_executor, describe_choice
-from .process_executor import SHM_BUDGET, ProcessExecutor  # noqa: F401  (re-exported)
-from .start import _checked_start_method, default_start_method  # noqa: F401  (re-exported)
-from .threads import (Constant, CopiesRunner, available_cpus, dataflow_length,
-                      make_executor)
+# Re-exports of what used to be defined here.
+from .process_executor import SHM_BUDGET, ProcessExecutor  # noqa: F401
+from .runners import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
+                      MultiProcessMapData, MultiProcessMapDataZMQ, MultiProcessRunner,
+                      MultiProcessRunnerZMQ)
+from .start import default_start_method
 
 __all__ = ["ProcessExecutor", "MultiProcessMapData", "MultiProcessMapDataZMQ",
            "MultiProcessRunner", "MultiProcessRunnerZMQ", "MultiProcessMapAndBatchData",
            "MultiProcessMapAndBatchDataZMQ", "default_start_method"]
-
-logger = logging.getLogger("dataflow")
-
-class MultiProcessMapData(ParallelMapData):
-    """Apply ``map_func`` to the datapoints of ``ds`` in ``num_proc`` worker processes.
-
-    Same arguments and guarantees as :class:`~dataflow.MultiThreadMapData` (strict, ordered,
-    on_error, max_errors, timeout), plus:
-
-    * ``start_method``: ``None`` picks :func:`default_start_method`;
-    * ``max_restarts``: how many dead workers may be replaced (their datapoints are sent to the
-      new worker; strict mode still yields each once) before :class:`WorkerCrashedError` is
-      raised. With 0 (the default) the first death raises;
-    * ``num_proc="auto"``: start with one worker and let
-      :class:`~dataflow.parallel.autotune.AutoTuner` add or retire workers while the pipeline
-      runs, between 1 and the CPUs available (see :func:`dataflow.stats`).
-
-    The source is read in the consuming process; datapoints go to the workers and results come
-    back with their arrays in shared memory, handed to you without a copy. Inside ``map_func``,
-    :func:`dataflow.shared_empty` allocates an output array directly in shared memory.
-    ``map_func`` may be a lambda or closure: it is shipped with cloudpickle.
-    """
-    executor = "process"
-
-    def __init__(self, ds, num_proc=None, map_func=None, *, buffer_size=200, strict=False,
-                 ordered=False, on_error="raise", max_errors=None, start_method=None,
-                 max_restarts=0, timeout=None):
-        super().__init__(ds, available_cpus() if num_proc is None else num_proc, map_func,
-                         buffer_size=buffer_size, strict=strict, ordered=ordered,
-                         on_error=on_error, max_errors=max_errors, timeout=timeout)
-        self.num_proc = self.num_workers
-        self.start_method = _checked_start_method(start_method)
-        self.max_restarts = max_restarts
-        # The run-in-thread table: a map of native ops needs no processes.
-        self.executor = choose_executor(map_func, self.num_workers, True)
-        logger.debug("%s: %s", type(self).__name__,
-                     describe_choice(map_func, self.num_workers, True))
-
-    def _make_executor(self):
-        return make_executor(self.executor, self.num_workers, Constant(self.map_func),
-                             start_method=self.start_method, max_restarts=self.max_restarts)
-
-
-MultiProcessMapDataZMQ = MultiProcessMapData
-
-
-class MultiProcessRunner(CopiesRunner):
-    """Run ``num_proc`` copies of ``ds``, one per process, and yield their datapoints in arrival
-    order, at most ``num_prefetch`` ahead of the consumer (tensorpack's ``MultiProcessRunner``).
-
-    Each copy is reset in its process (each draws its own random stream) and repeated forever;
-    each ``__iter__`` pass yields ``len(ds)`` datapoints when that is known, and never ends
-    otherwise.
-    """
-    executor = "process"
-
-    def __init__(self, ds, num_prefetch, num_proc, *, start_method=None, max_restarts=0,
-                 timeout=None):
-        self.num_proc = num_proc
-        self.start_method = _checked_start_method(start_method)
-        self.max_restarts = max_restarts
-        super().__init__(ds, num_proc, num_prefetch, timeout=timeout)
-
-    def _make_executor(self):
-        return ProcessExecutor(self.num_workers, self.map_func, self.start_method,
-                               self.max_restarts)
-
-
-class MultiProcessRunnerZMQ(MultiProcessRunner):
-    """tensorpack's ``MultiProcessRunnerZMQ(ds, num_proc=1, hwm=50)``: a
-    :class:`MultiProcessRunner` with ``hwm`` datapoints of prefetch."""
-
-    def __init__(self, ds, num_proc=1, hwm=50, *, start_method=None, max_restarts=0,
-                 timeout=None):
-        super().__init__(ds, hwm, num_proc, start_method=start_method,
-                         max_restarts=max_restarts, timeout=timeout)
-        self.hwm = hwm
-
-
-class _Groups:
-    """An endless source of lists of ``batch_size`` consecutive datapoints of ``ds``."""
-
-    def __init__(self, ds, batch_size):
-        self.ds, self.batch_size = ds, batch_size
-
-    def reset_state(self):
-        self.ds.reset_state()
-
-    def __len__(self):
-        return len(self.ds) // self.batch_size
-
-    def __iter__(self):
-        group = []
-        while True:
-            n = 0
-            for dp in self.ds:
-                n += 1
-                group.append(dp)
-                if len(group) == self.batch_size:
-                    yield group
-                    group = []
-            if n == 0:
-                raise ValueError(f"{type(self.ds).__name__} yielded no datapoint in a whole pass")
-
-
-class _MapAndBatch:
-    """The worker function of MultiProcessMapAndBatchData: map a group, batch the results."""
-
-    def __init__(self, map_func):
-        self.map_func = map_func
-
-    def __call__(self, group):
-        from ..common import BatchData
-        mapped = [r for r in (self.map_func(dp) for dp in group) if r is not None]
-        return BatchData.aggregate_batch(mapped) if mapped else None
-
-
-class MultiProcessMapAndBatchData(MultiProcessMapData):
-    """Map ``map_func`` and batch by ``batch_size`` inside ``num_proc`` worker processes, so a whole
-    batch travels as one message (tensorpack's ``MultiProcessMapAndBatchDataZMQ``).
-
-    ``buffer_size`` counts datapoints before batching (default ``batch_size * max(4, 2 *
-    num_proc)``). Like tensorpack's it is non-strict: the source repeats forever, and each pass
-    yields ``len(ds) // batch_size`` batches. A batch is smaller than ``batch_size`` only when
-    ``map_func`` dropped some of its datapoints.
-    """
-
-    def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None, *,
-                 start_method=None, max_restarts=0, timeout=None):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        n = dataflow_length(ds)
-        if n is not None and batch_size > n:
-            raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")
-        if buffer_size is None:
-            buffer_size = batch_size * max(4, 2 * (available_cpus() if num_proc == "auto"
-                                                   else num_proc))
-        self.batch_size = batch_size
-        super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
-                         buffer_size=max(1, buffer_size // batch_size),
-                         start_method=start_method, max_restarts=max_restarts,
-                         timeout=timeout)
-        self.buffer_size_datapoints = buffer_size
-
-
-MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData

@@ -55,10 +55,11 @@ import uuid
 import numpy as np
 
 from .. import config, rng
+from .._helpers import available_cpus
+from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import CLOSED_WHILE_ITERATING, ERR, InlineExecutor, WorkerError, run_chunk
 from .supervisor import WorkerCrashedError, check_workers
-from .threads import Constant, CopiesRunner, available_cpus
 from .transport import pickle_error, unpickle_error
 
 __all__ = ["RayExecutor", "RayMapData", "RayRunner", "started_ray"]

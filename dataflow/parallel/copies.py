@@ -1,0 +1,82 @@
+"""What a worker runs when it is not one shared map function: a :class:`Constant` function, or
+its own copy of a dataflow (:class:`OwnCopy`), and :class:`CopiesRunner`, the base of the runners
+whose workers each run their own copy (threads, processes, Ray)."""
+import itertools
+
+from .._helpers import dataflow_length
+from .mapper import ParallelMapData
+
+__all__ = ["Constant", "OwnCopy", "OwnDataFlow", "CopiesRunner"]
+
+
+class Constant:
+    """make_func of a map: every worker runs the same function."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, wid):
+        return self.func
+
+
+class _Tickets:
+    """The source of a runner: one placeholder per datapoint to produce; endless if the length
+    is unknown."""
+
+    def __init__(self, length):
+        self.length = length
+
+    def reset_state(self):
+        pass
+
+    def __len__(self):
+        if self.length is None:
+            raise NotImplementedError("the runner's dataflow has no length")
+        return self.length
+
+    def __iter__(self):
+        return itertools.repeat(None, *([] if self.length is None else [self.length]))
+
+
+class OwnDataFlow:
+    """The 'map function' of a runner's worker: each call returns the next datapoint of the
+    worker's own dataflow, which it runs over and over."""
+
+    def __init__(self, df):
+        self.df = df
+        self._it = None
+
+    def __call__(self, _ticket):
+        for _ in range(2):
+            if self._it is None:
+                self._it = iter(self.df)
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._it = None
+        raise ValueError(f"{type(self.df).__name__} yielded no datapoint in a whole pass")
+
+
+class OwnCopy:
+    """make_func of a runner: each worker resets and runs its own copy of ``ds``."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __call__(self, wid):
+        self.ds.reset_state()
+        return OwnDataFlow(self.ds)
+
+
+class CopiesRunner(ParallelMapData):
+    """Base of the runners whose workers each run their own copy of ``ds`` (shipped to them by
+    the executor): the consumer only hands out tickets, ``len(ds)`` per pass when that is known,
+    endlessly otherwise, at most ``num_prefetch`` ahead of the consumer."""
+
+    def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
+        self.num_prefetch = num_prefetch
+        super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),
+                         buffer_size=num_prefetch, timeout=timeout)
+
+    def _reset_source(self):
+        pass                          # each worker resets its own copy
