@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .base import ProxyDataFlow
-from .common import BatchData
+from .collate import batch_numpy
 
 __all__ = ["BucketBatchData"]
 
@@ -271,7 +271,7 @@ class BucketBatchData(ProxyDataFlow):
             if spec is not None:
                 batched = spec.pad(values, dim0, indices)
             else:
-                batched = BatchData._batch_numpy(values, key)
+                batched = batch_numpy(values, key)
             if isinstance(out, dict):
                 out[key] = batched
             else:

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import rng as _rng
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
 
@@ -34,13 +35,6 @@ def _len_or_none(df):
         return len(df)
     except NotImplementedError:
         return None
-
-
-def _shape_of(x):
-    try:
-        return np.shape(x)
-    except Exception:  # a ragged nested list, say
-        return f"<{type(x).__name__}>"
 
 
 def _func_name(func):
@@ -232,62 +226,9 @@ class BatchData(ProxyDataFlow):
         if self.remainder and holder:
             yield BatchData.aggregate_batch(holder, self.use_list)
 
-    @staticmethod
-    def _batch_numpy(data_list, key=None):
-        """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
-        ``bool`` -> bool, ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
-        and scalars -> their dtype (of the first one) with a new leading axis; anything else is
-        returned as the list itself."""
-        data = data_list[0]
-        if type(data) is bool:
-            dtype = "bool"
-        elif isinstance(data, int) and not isinstance(data, np.generic):
-            dtype = "int32"
-        elif type(data) is float:
-            dtype = "float32"
-        elif isinstance(data, (str, bytes)):
-            dtype = "str"
-        elif isinstance(data, (np.ndarray, np.generic)):
-            dtype = data.dtype
-        else:
-            return list(data_list)
-        try:
-            return np.asarray(data_list, dtype=dtype)
-        except OverflowError:
-            if dtype == "int32":
-                return np.asarray(data_list, dtype="int64")
-            raise
-        except (ValueError, TypeError) as e:
-            shapes = [_shape_of(x) for x in data_list]
-            seen = list(dict.fromkeys(shapes))
-            first_bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
-            where = "" if first_bad is None else f" (first mismatch at datapoint {first_bad})"
-            raise ValueError(
-                f"BatchData: cannot batch component {key!r}: its values are not of one "
-                f"consistent shape{where}. Shapes seen: {seen}; all shapes in the batch: "
-                f"{shapes}. ({type(e).__name__}: {e})") from e
-
-    @staticmethod
-    def aggregate_batch(data_holder, use_list=False):
-        """Aggregate a list of datapoints (lists/tuples, or dicts) into one batched datapoint.
-
-        Returns a list (for list/tuple datapoints) or a dict (keys of the first datapoint) whose
-        entries are lists (``use_list=True``) or numpy batches (see :meth:`_batch_numpy`).
-        """
-        first_dp = data_holder[0]
-        if isinstance(first_dp, (list, tuple)):
-            result = []
-            for k in range(len(first_dp)):
-                data_list = [x[k] for x in data_holder]
-                result.append(data_list if use_list else BatchData._batch_numpy(data_list, k))
-        elif isinstance(first_dp, dict):
-            result = {}
-            for key in first_dp.keys():
-                data_list = [x[key] for x in data_holder]
-                result[key] = data_list if use_list else BatchData._batch_numpy(data_list, key)
-        else:
-            raise ValueError(f"Datapoint has to be a list, tuple or dict. Got {type(first_dp)}")
-        return result
+    # Collation lives in dataflow.collate; these stay for code that calls them on the class.
+    _batch_numpy = staticmethod(batch_numpy)
+    aggregate_batch = staticmethod(aggregate_batch)
 
 
 class _Batches(DataFlow):

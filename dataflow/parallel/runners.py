@@ -10,6 +10,7 @@ import logging
 
 from .. import config
 from .._helpers import available_cpus, dataflow_length
+from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
 from .mapper import ParallelMapData
@@ -213,9 +214,8 @@ class _MapAndBatch:
         self.map_func = map_func
 
     def __call__(self, group):
-        from ..common import BatchData
         mapped = [r for r in (self.map_func(dp) for dp in group) if r is not None]
-        return BatchData.aggregate_batch(mapped) if mapped else None
+        return aggregate_batch(mapped) if mapped else None
 
 
 class MultiProcessMapAndBatchData(MultiProcessMapData):

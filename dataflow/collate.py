@@ -1,0 +1,70 @@
+"""Collation: many datapoints into one batched datapoint (tensorpack's
+``BatchData.aggregate_batch``), used by :class:`~dataflow.BatchData`,
+:class:`~dataflow.BucketBatchData` and the map-and-batch dataflows."""
+import numpy as np
+
+__all__ = ["aggregate_batch", "batch_numpy"]
+
+
+def _shape_of(x):
+    try:
+        return np.shape(x)
+    except Exception:  # a ragged nested list, say
+        return f"<{type(x).__name__}>"
+
+
+def batch_numpy(data_list, key=None):
+    """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
+    ``bool`` -> bool, ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
+    and scalars -> their dtype (of the first one) with a new leading axis; anything else is
+    returned as the list itself."""
+    data = data_list[0]
+    if type(data) is bool:
+        dtype = "bool"
+    elif isinstance(data, int) and not isinstance(data, np.generic):
+        dtype = "int32"
+    elif type(data) is float:
+        dtype = "float32"
+    elif isinstance(data, (str, bytes)):
+        dtype = "str"
+    elif isinstance(data, (np.ndarray, np.generic)):
+        dtype = data.dtype
+    else:
+        return list(data_list)
+    try:
+        return np.asarray(data_list, dtype=dtype)
+    except OverflowError:
+        if dtype == "int32":
+            return np.asarray(data_list, dtype="int64")
+        raise
+    except (ValueError, TypeError) as e:
+        shapes = [_shape_of(x) for x in data_list]
+        seen = list(dict.fromkeys(shapes))
+        first_bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
+        where = "" if first_bad is None else f" (first mismatch at datapoint {first_bad})"
+        raise ValueError(
+            f"BatchData: cannot batch component {key!r}: its values are not of one "
+            f"consistent shape{where}. Shapes seen: {seen}; all shapes in the batch: "
+            f"{shapes}. ({type(e).__name__}: {e})") from e
+
+
+def aggregate_batch(data_holder, use_list=False):
+    """Aggregate a list of datapoints (lists/tuples, or dicts) into one batched datapoint.
+
+    Returns a list (for list/tuple datapoints) or a dict (keys of the first datapoint) whose
+    entries are lists (``use_list=True``) or numpy batches (see :func:`batch_numpy`).
+    """
+    first_dp = data_holder[0]
+    if isinstance(first_dp, (list, tuple)):
+        result = []
+        for k in range(len(first_dp)):
+            data_list = [x[k] for x in data_holder]
+            result.append(data_list if use_list else batch_numpy(data_list, k))
+    elif isinstance(first_dp, dict):
+        result = {}
+        for key in first_dp.keys():
+            data_list = [x[key] for x in data_holder]
+            result[key] = data_list if use_list else batch_numpy(data_list, key)
+    else:
+        raise ValueError(f"Datapoint has to be a list, tuple or dict. Got {type(first_dp)}")
+    return result
