@@ -7,7 +7,7 @@ it is where a dataflow seeds its random state or starts its workers.
 import threading
 
 from . import rng as _rng
-from .stats import instrument as _instrument_stats
+from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
            "DataFlowReentrantGuard"]
@@ -126,3 +126,6 @@ def _sources(df):
     for item in getattr(df, "df_lists", None) or ():
         found.append(item[0] if isinstance(item, (tuple, list)) else item)
     return [d for d in found if callable(getattr(d, "close", None))]
+
+
+_tell_stats_inputs(_sources)

@@ -19,6 +19,7 @@ from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
+from .stats import tell_label as _tell_stats_label, tell_parallel as _tell_stats_parallel
 
 __all__ = ["TestDataSpeed", "PrintData", "BatchData", "BatchDataByShape", "FixedSizeData",
            "MapData", "MapDataComponent", "RepeatedData", "RepeatedDataPoint",
@@ -190,6 +191,9 @@ class BatchData(ProxyDataFlow):
                                    num_parallel_workers=num_parallel_workers,
                                    python_multiprocessing=python_multiprocessing)
         self.executor = "serial" if self._mapped is None else self._mapped.executor
+        _tell_stats_label(self, str(self.batch_size))
+        if self._mapped is not None:
+            _tell_stats_parallel(self, self._mapped)
 
     def reset_state(self):
         if self._mapped is not None:
@@ -387,6 +391,8 @@ class MapData(ProxyDataFlow):
                 ordered=True, on_error=on_error, max_errors=max_errors,
                 max_restarts=max_restarts)
             self._parallel.executor = self.executor
+            _tell_stats_parallel(self, self._parallel)
+        _tell_stats_label(self, self.func)
 
     def reset_state(self):
         if self._parallel is not None:
@@ -441,6 +447,7 @@ class MapDataComponent(MapData):
         self._index = index
         self._func = func
         super().__init__(ds, self._mapper)
+        _tell_stats_label(self, func)
 
     def _mapper(self, dp):
         r = self._func(dp[self._index])

@@ -29,8 +29,9 @@ figures again from zero, :func:`log_stats` logs the table every ``report_interva
 through ``logging.getLogger("dataflow")``. Set the environment variable ``DATAFLOW_STATS=0`` (or
 call :func:`enable_stats(False) <enable_stats>`) to turn recording off.
 
-This module imports nothing from the rest of the library at import time: :mod:`dataflow.base`
-imports it.
+This module imports nothing from the rest of the library: it is told (:func:`tell_inputs`,
+:func:`tell_parallel`, :func:`tell_label`), by :mod:`dataflow.base`, the parallel mapper and the
+dataflows that run one.
 """
 import functools
 import itertools
@@ -297,104 +298,60 @@ class ParallelStats:
         self.since = time.perf_counter()
 
 
+# ------------------------------------------------------------------------------- what it is told
+# This module asks no one: dataflows tell it where their inputs are, what their label shows, and
+# which mapper reports their parallel figures.
+_inputs_of = None                              # df -> the dataflows it reads (dataflow.base)
+_parallel_of = weakref.WeakKeyDictionary()     # df -> weakref to the dataflow doing its work
+_details = weakref.WeakKeyDictionary()         # df -> what its label shows in parentheses
+
+
+def tell_inputs(func):
+    """``func(df)`` lists the dataflows ``df`` reads from (told once, by :mod:`dataflow.base`)."""
+    global _inputs_of
+    _inputs_of = func
+
+
+def tell_parallel(df, worker):
+    """``worker`` does ``df``'s parallel work: ``df`` itself when it is a mapper (it then reports
+    its figures through ``stats_figures(wall)`` and ``stats_reset()``), or the dataflow that
+    runs one for it."""
+    _parallel_of[df] = weakref.ref(worker)
+
+
+def tell_label(df, detail):
+    """Show ``df`` as ``Type(detail)``: ``detail`` is a string, or a function shown by name."""
+    if callable(detail):
+        f = getattr(detail, "__wrapped__", detail)
+        detail = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) \
+            or type(f).__name__
+        detail = detail.rpartition("<locals>.")[2]
+    _details[df] = detail
+
+
 def _mapper_of(df):
-    """The ParallelMapData that does ``df``'s work: itself, or the one a MapData / BatchData
-    runs (``_parallel``, ``_mapped``)."""
-    from .parallel.mapper import ParallelMapData
+    """The mapper that does ``df``'s work, as dataflows told (:func:`tell_parallel`): itself, or
+    the one a MapData / BatchData runs."""
     seen = 0
     while df is not None and seen < 4:
-        if isinstance(df, ParallelMapData):
+        ref = _parallel_of.get(df)
+        told = ref() if ref is not None else None
+        if told is df:
             return df
-        df = getattr(df, "_parallel", None) or getattr(df, "_mapped", None)
+        df = told
         seen += 1
     return None
 
 
-def _parallel_figures(m, wall):
-    """The ``"parallel"`` entry of a stage run by mapper ``m``."""
-    ps = getattr(m, "_pstats", None)
-    ex = getattr(m, "_exec", None)
-    out = {"executor": getattr(ex, "kind", None) or m.executor,
-           "workers": getattr(ex, "num_workers", None) or m.num_workers,
-           "buffer_size": m.buffer_size,
-           "strict": m.strict, "ordered": m.ordered}
-    if ps is not None:
-        wait_s, batches, results, busy_s, occ = ps.snapshot()
-        if ps.base is not None:
-            b = ps.base
-            wait_s, batches, results, busy_s, occ = (wait_s - b[0], batches - b[1],
-                                                     results - b[2], busy_s - b[3], occ - b[4])
-        out.update({
-            "results": results,
-            "batches": batches,
-            "wait_s": round(wait_s, 6),
-            "wait_fraction": round(wait_s / wall, 4) if wall else None,
-            "buffer_occupancy": round(occ / batches / m.buffer_size, 4) if batches else None,
-            "buffer_max": ps.occupancy_max,
-            "worker_busy_s": round(busy_s, 6),
-        })
-    workers = []
-    figures = getattr(ex, "worker_stats", None)
-    if callable(figures):
-        base = getattr(m, "_worker_base", None) or {}
-        now = time.monotonic()
-        for w in figures():
-            b_busy, b_t = base.get(w["key"], (0.0, None))
-            start = w["started"] if b_t is None else max(w["started"], b_t)
-            span = max(1e-9, (w["ended"] or now) - start)
-            busy = w["busy_s"] - b_busy
-            workers.append({"id": w["id"], "busy_s": round(busy, 6),
-                            "busy_fraction": round(min(1.0, busy / span), 4),
-                            "state": w["state"]})
-            if "shm_bytes" in w:
-                workers[-1]["shm_bytes"] = w["shm_bytes"] - base.get(("shm", w["key"]), 0)
-            if "pool_bytes" in w:
-                workers[-1]["pool_bytes"] = w["pool_bytes"]
-    out["worker_stats"] = workers
-    live = [w for w in workers if w["state"] == "running"]
-    out["busy_fraction"] = (round(sum(w["busy_fraction"] for w in live) / len(live), 4)
-                            if live else None)
-    out["errors_skipped"] = m.num_skipped
-    out["errors_replaced"] = m.num_replaced
-    out["restarts"] = getattr(ex, "restarts", 0)
-    if any("shm_bytes" in w for w in workers) or hasattr(ex, "shm_bytes"):
-        total = getattr(ex, "shm_bytes", None)
-        if total is None:
-            total = sum(w.get("shm_bytes", 0) for w in workers)
-        else:
-            total -= (getattr(m, "_worker_base", None) or {}).get("shm_total", 0)
-        out["shm_bytes"] = total
-    tuner = getattr(m, "_tuner", None)
-    if tuner is not None:
-        out["autotune"] = tuner.describe()
-    return out
-
-
 # ------------------------------------------------------------------------------- the tree
 def _children(df):
-    from .base import _sources
-    return _sources(df)
+    return _inputs_of(df) if _inputs_of is not None else []
 
 
 def _label(df):
     name = type(df).__name__
-    func = None
-    m = _mapper_of(df)
-    if name in ("MapData", "MapDataComponent"):
-        func = getattr(df, "_func", None) or getattr(df, "func", None)
-    elif m is not None and m is df:
-        func = getattr(df, "map_func", None)
-    elif name == "BatchData":
-        return f"BatchData({df.batch_size})"
-    if func is not None:
-        f = getattr(func, "__wrapped__", func)
-        if type(f).__name__ == "OwnCopy" and hasattr(f, "ds"):
-            return f"{name}({type(f.ds).__name__})"      # a runner: copies of a dataflow
-        fname = getattr(f, "__qualname__", None) or getattr(f, "__name__", None) \
-            or type(f).__name__
-        fname = fname.rpartition("<locals>.")[2]
-        return f"{name}({fname})"
-    return name
+    detail = _details.get(df)
+    return name if detail is None else f"{name}({detail})"
 
 
 def _figures(df, now):
@@ -441,7 +398,7 @@ def _node(df, now, path, seen, pipeline_wall):
     node["running"] = running
     m = _mapper_of(df)
     if m is not None:
-        node["parallel"] = p = _parallel_figures(m, pipeline_wall)
+        node["parallel"] = p = m.stats_figures(pipeline_wall)
         # Waiting for workers is this stage's own time, measured exactly by the mapper.
         wait = min(p.get("wait_s") or 0.0, pipeline_wall or math.inf)
         node["self_s"] = round(max(node["self_s"], wait), 6)
@@ -513,26 +470,8 @@ def reset_stats(df):
             st.last = now
         m = _mapper_of(d)
         if m is not None:
-            _reset_parallel(m)
+            m.stats_reset()
         stack.extend(_children(d))
-
-
-def _reset_parallel(m):
-    ps = getattr(m, "_pstats", None)
-    if ps is not None:
-        ps.reset()
-    base = {}
-    ex = getattr(m, "_exec", None)
-    figures = getattr(ex, "worker_stats", None)
-    if callable(figures):
-        now = time.monotonic()
-        for w in figures():
-            base[w["key"]] = (w["busy_s"], now)
-            if "shm_bytes" in w:
-                base[("shm", w["key"])] = w["shm_bytes"]
-        if hasattr(ex, "shm_bytes"):
-            base["shm_total"] = ex.shm_bytes
-    m._worker_base = base
 
 
 # ------------------------------------------------------------------------------- the table

@@ -4,6 +4,7 @@ whose workers each run their own copy (threads, processes, Ray)."""
 import itertools
 
 from .._helpers import dataflow_length
+from ..stats import tell_label
 from .mapper import ParallelMapData
 
 __all__ = ["Constant", "OwnCopy", "OwnDataFlow", "CopiesRunner"]
@@ -77,6 +78,7 @@ class CopiesRunner(ParallelMapData):
         self.num_prefetch = num_prefetch
         super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),
                          buffer_size=num_prefetch, timeout=timeout)
+        tell_label(self, type(ds).__name__)       # a runner: copies of a dataflow
 
     def _reset_source(self):
         pass                          # each worker resets its own copy

@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
-from ..stats import ParallelStats
+from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
 # The shared vocabulary; the names that used to be defined here stay importable from here.
 from .protocol import (CLOSED_WHILE_ITERATING, DROP, ERR, OK, Executor,  # noqa: F401
@@ -134,6 +134,17 @@ class ParallelMapData(ProxyDataFlow):
         self._finalizer = None
         self._state = None
         self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
+        tell_parallel(self, self)
+        tell_label(self, map_func)
+
+    # -- statistics (what this mapper reports to dataflow.stats) ------------------------------
+    def stats_figures(self, wall):
+        """The ``"parallel"`` entry of :func:`dataflow.stats` for this mapper."""
+        return _parallel_figures(self, wall)
+
+    def stats_reset(self):
+        """Start the figures of :meth:`stats_figures` again from zero."""
+        _reset_parallel(self)
 
     # -- life cycle -------------------------------------------------------------------------
     def _make_executor(self):
@@ -428,3 +439,81 @@ class _ErrorPolicy:
                 exc.add_note(f"(on_error='replace' found no successful datapoint to replace "
                              f"{self.pending} failed ones with)")
             raise exc
+
+
+def _parallel_figures(m, wall):
+    """The ``"parallel"`` entry of a stage run by mapper ``m``."""
+    ps = getattr(m, "_pstats", None)
+    ex = getattr(m, "_exec", None)
+    out = {"executor": getattr(ex, "kind", None) or m.executor,
+           "workers": getattr(ex, "num_workers", None) or m.num_workers,
+           "buffer_size": m.buffer_size,
+           "strict": m.strict, "ordered": m.ordered}
+    if ps is not None:
+        wait_s, batches, results, busy_s, occ = ps.snapshot()
+        if ps.base is not None:
+            b = ps.base
+            wait_s, batches, results, busy_s, occ = (wait_s - b[0], batches - b[1],
+                                                     results - b[2], busy_s - b[3], occ - b[4])
+        out.update({
+            "results": results,
+            "batches": batches,
+            "wait_s": round(wait_s, 6),
+            "wait_fraction": round(wait_s / wall, 4) if wall else None,
+            "buffer_occupancy": round(occ / batches / m.buffer_size, 4) if batches else None,
+            "buffer_max": ps.occupancy_max,
+            "worker_busy_s": round(busy_s, 6),
+        })
+    workers = []
+    figures = getattr(ex, "worker_stats", None)
+    if callable(figures):
+        base = getattr(m, "_worker_base", None) or {}
+        now = time.monotonic()
+        for w in figures():
+            b_busy, b_t = base.get(w["key"], (0.0, None))
+            start = w["started"] if b_t is None else max(w["started"], b_t)
+            span = max(1e-9, (w["ended"] or now) - start)
+            busy = w["busy_s"] - b_busy
+            workers.append({"id": w["id"], "busy_s": round(busy, 6),
+                            "busy_fraction": round(min(1.0, busy / span), 4),
+                            "state": w["state"]})
+            if "shm_bytes" in w:
+                workers[-1]["shm_bytes"] = w["shm_bytes"] - base.get(("shm", w["key"]), 0)
+            if "pool_bytes" in w:
+                workers[-1]["pool_bytes"] = w["pool_bytes"]
+    out["worker_stats"] = workers
+    live = [w for w in workers if w["state"] == "running"]
+    out["busy_fraction"] = (round(sum(w["busy_fraction"] for w in live) / len(live), 4)
+                            if live else None)
+    out["errors_skipped"] = m.num_skipped
+    out["errors_replaced"] = m.num_replaced
+    out["restarts"] = getattr(ex, "restarts", 0)
+    if any("shm_bytes" in w for w in workers) or hasattr(ex, "shm_bytes"):
+        total = getattr(ex, "shm_bytes", None)
+        if total is None:
+            total = sum(w.get("shm_bytes", 0) for w in workers)
+        else:
+            total -= (getattr(m, "_worker_base", None) or {}).get("shm_total", 0)
+        out["shm_bytes"] = total
+    tuner = getattr(m, "_tuner", None)
+    if tuner is not None:
+        out["autotune"] = tuner.describe()
+    return out
+
+
+def _reset_parallel(m):
+    ps = getattr(m, "_pstats", None)
+    if ps is not None:
+        ps.reset()
+    base = {}
+    ex = getattr(m, "_exec", None)
+    figures = getattr(ex, "worker_stats", None)
+    if callable(figures):
+        now = time.monotonic()
+        for w in figures():
+            base[w["key"]] = (w["busy_s"], now)
+            if "shm_bytes" in w:
+                base[("shm", w["key"])] = w["shm_bytes"]
+        if hasattr(ex, "shm_bytes"):
+            base["shm_total"] = ex.shm_bytes
+    m._worker_base = base
