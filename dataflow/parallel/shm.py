@@ -280,8 +280,15 @@ class SegmentReader:
         self._maps.clear()
 
 
-# The pool of the worker process this code runs in, if any (set by the worker's main).
+# The pool of the worker process this code runs in, if any (see set_worker_pool).
 _worker_pool = None
+
+
+def set_worker_pool(pool):
+    """Make :func:`shared_empty` allocate from ``pool``: called once by a worker process's body
+    (:mod:`dataflow.parallel.worker`) with the pool its results travel in."""
+    global _worker_pool
+    _worker_pool = pool
 
 
 def shared_empty(shape, dtype=float):

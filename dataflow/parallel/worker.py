@@ -115,7 +115,7 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     # while the cores run workers (measured on 2 cores: +16 % on workload 2, +6-8 % on 1 and 3).
     _lower_priority(nice)
     pool = SegmentPool(fd_sock)
-    shm._worker_pool = pool
+    shm.set_worker_pool(pool)
     zero_copy = ZeroCopySwitch(pool)
     try:
         func = shipped.obj(wid)
