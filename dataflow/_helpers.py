@@ -15,3 +15,27 @@ def dataflow_length(df):
         return len(df)
     except (NotImplementedError, TypeError):
         return None
+
+
+def is_int(value):
+    """Whether ``value`` is an int and not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name, value, minimum):
+    """``value`` if it is an int (not a bool) >= ``minimum``; else ``ValueError`` naming ``name``."""
+    if not is_int(value) or value < minimum:
+        what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_positive_number(name, value, allow_none=False):
+    """``value`` if it is a positive int or float (not a bool), or ``None`` when allowed; else
+    ``ValueError`` naming ``name``."""
+    if value is None and allow_none:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a positive number, "
+                         f"got {value!r}")
+    return value

@@ -1190,3 +1190,19 @@ def test_no_files_of_ours_in_dev_shm_or_tmp(files_before_module):
         assert _our_files() <= files_before_module
     del out
     assert _our_files() <= files_before_module
+
+
+def test_max_restarts_is_checked_at_construction():
+    """A bad max_restarts fails when the dataflow is built, before any worker starts (as Ray's)."""
+    for bad in (-1, 1.5, True, None):
+        with pytest.raises(ValueError, match="max_restarts must be an int >= 0"):
+            D.MultiProcessMapData(D.DataFromList([[1]]), 1, _identity, max_restarts=bad)
+        with pytest.raises(ValueError, match="max_restarts must be an int >= 0"):
+            D.MultiProcessRunner(D.DataFromList([[1]]), 2, 1, max_restarts=bad)
+        with pytest.raises(ValueError, match="max_restarts must be an int >= 0"):
+            D.MapData(D.DataFromList([[1]]), _identity, num_parallel_workers=1,
+                      python_multiprocessing=True, max_restarts=bad)
+
+
+def _identity(dp):
+    return dp

@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from .._helpers import check_int, check_positive_number, is_int
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
@@ -103,12 +104,11 @@ class ParallelMapData(ProxyDataFlow):
         if isinstance(num_workers, str) and num_workers == "auto" and self._autotune_ok:
             self._tuner = AutoTuner()
             num_workers = self._tuner.workers
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        if not is_int(num_workers) or num_workers < 1:
             raise ValueError("the number of workers must be a positive int"
                              + (' or "auto"' if self._autotune_ok else "")
                              + f", got {num_workers!r}")
-        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
+        check_int("buffer_size", buffer_size, 1)
         if on_error not in ("raise", "skip", "replace"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
         if max_errors is not None:
@@ -116,9 +116,7 @@ class ParallelMapData(ProxyDataFlow):
                     max_errors < 0 or (isinstance(max_errors, float) and max_errors > 1):
                 raise ValueError("max_errors must be None, an int >= 0 (errors per pass) or a "
                                  f"float in [0, 1] (fraction of a pass), got {max_errors!r}")
-        if timeout is not None and (isinstance(timeout, bool) or
-                                    not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise ValueError(f"timeout must be None or a positive number, got {timeout!r}")
+        check_positive_number("timeout", timeout, allow_none=True)
         self.timeout = timeout
         self.num_workers = num_workers
         self.map_func = map_func

@@ -21,6 +21,7 @@ import warnings
 import zmq
 
 from .. import config, rng
+from .._helpers import check_int
 from .protocol import CLOSED_WHILE_ITERATING
 from .shm import SegmentReader
 from . import transport
@@ -110,8 +111,7 @@ class ProcessExecutor:
         if method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
                              f"got {start_method!r}")
-        if not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        check_int("max_restarts", max_restarts, 0)
         self.start_method = method
         self.max_restarts = max_restarts
         self.restarts = 0

@@ -55,7 +55,7 @@ import uuid
 import numpy as np
 
 from .. import config, rng
-from .._helpers import available_cpus
+from .._helpers import available_cpus, check_int, check_positive_number
 from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import CLOSED_WHILE_ITERATING, ERR, InlineExecutor, WorkerError, run_chunk
@@ -470,13 +470,11 @@ class RayExecutor:
 
 
 def _check_max_restarts(n):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"max_restarts must be an int >= 0, got {n!r}")
+    check_int("max_restarts", n, 0)
 
 
 def _check_cpus(n):
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or n <= 0:
-        raise ValueError(f"num_cpus_per_worker must be a positive number, got {n!r}")
+    check_positive_number("num_cpus_per_worker", n)
 
 
 class _RayChunks:

@@ -9,7 +9,7 @@ registry (:func:`~.executors.make_executor`), or makes its threads itself.
 import logging
 
 from .. import config
-from .._helpers import available_cpus, dataflow_length
+from .._helpers import available_cpus, check_int, dataflow_length
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
@@ -134,7 +134,7 @@ class MultiProcessMapData(ParallelMapData):
                          on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_proc = self.num_workers
         self.start_method = _checked_start_method(start_method)
-        self.max_restarts = max_restarts
+        self.max_restarts = check_int("max_restarts", max_restarts, 0)
         # The run-in-thread table: a map of native ops needs no processes.
         self.executor = choose_executor(map_func, self.num_workers, True)
         logger.debug("%s: %s", type(self).__name__,
@@ -162,7 +162,7 @@ class MultiProcessRunner(CopiesRunner):
                  timeout=None):
         self.num_proc = num_proc
         self.start_method = _checked_start_method(start_method)
-        self.max_restarts = max_restarts
+        self.max_restarts = check_int("max_restarts", max_restarts, 0)
         super().__init__(ds, num_proc, num_prefetch, timeout=timeout)
 
     def _make_executor(self):
@@ -230,8 +230,7 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 
     def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None, *,
                  start_method=None, max_restarts=0, timeout=None):
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_int("batch_size", batch_size, 1)
         n = dataflow_length(ds)
         if n is not None and batch_size > n:
             raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")
