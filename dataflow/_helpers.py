@@ -39,3 +39,22 @@ def check_positive_number(name, value, allow_none=False):
         raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a positive number, "
                          f"got {value!r}")
     return value
+
+
+def empty_pass_error(who, df):
+    """The error of ``who``, which repeats ``df`` forever, when a whole pass of ``df`` yielded no
+    datapoint: repeating it would hang."""
+    return ValueError(f"{who}: a pass of {type(df).__name__} produced no datapoint; repeating it "
+                      "forever would hang")
+
+
+def repeat_forever(df, who):
+    """The datapoints of ``df``, pass after pass, for ``who``; an empty pass raises
+    :func:`empty_pass_error`."""
+    while True:
+        got = False
+        for dp in df:
+            got = True
+            yield dp
+        if not got:
+            raise empty_pass_error(who, df)

@@ -15,6 +15,7 @@ from copy import copy
 import numpy as np
 
 from . import rng as _rng
+from ._helpers import empty_pass_error, repeat_forever
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -90,13 +91,7 @@ class TestDataSpeed(ProxyDataFlow):
 
     def _endless(self):
         """The datapoints of ``ds``, pass after pass."""
-        while True:
-            got = False
-            for dp in self.ds:
-                got = True
-                yield dp
-            if not got:
-                raise ValueError("TestDataSpeed: the dataflow produced no datapoint in a pass")
+        return repeat_forever(self.ds, "TestDataSpeed")
 
     def start(self):
         """Run the test; returns the speed in datapoints per second (a float)."""
@@ -329,7 +324,7 @@ class FixedSizeData(ProxyDataFlow):
             return next(self.itr)
         except StopIteration:
             self.itr = None
-            raise ValueError("FixedSizeData: the input dataflow produced no datapoint") from None
+            raise empty_pass_error("FixedSizeData", self.ds) from None
 
     def __iter__(self):
         with _guard_of(self):
@@ -492,14 +487,7 @@ class RepeatedData(ProxyDataFlow):
 
     def __iter__(self):
         if self.num == -1:
-            while True:
-                got = False
-                for dp in self.ds:
-                    got = True
-                    yield dp
-                if not got:
-                    raise ValueError("RepeatedData(num=-1): a pass of the input dataflow produced "
-                                     "no datapoint; repeating it forever would hang.")
+            yield from repeat_forever(self.ds, "RepeatedData(num=-1)")
         else:
             for _ in range(self.num):
                 yield from self.ds

@@ -3,7 +3,7 @@ its own copy of a dataflow (:class:`OwnCopy`), and :class:`CopiesRunner`, the ba
 whose workers each run their own copy (threads, processes, Ray)."""
 import itertools
 
-from .._helpers import dataflow_length
+from .._helpers import dataflow_length, empty_pass_error
 from ..stats import tell_label
 from .mapper import ParallelMapData
 
@@ -55,7 +55,7 @@ class OwnDataFlow:
                 return next(self._it)
             except StopIteration:
                 self._it = None
-        raise ValueError(f"{type(self.df).__name__} yielded no datapoint in a whole pass")
+        raise empty_pass_error("a worker's copy", self.df)
 
 
 class OwnCopy:

@@ -16,7 +16,8 @@ import weakref
 
 import numpy as np
 
-from .._helpers import check_int, check_positive_number, is_int
+from .._helpers import (check_int, check_positive_number, dataflow_length, empty_pass_error,
+                       is_int)
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
@@ -179,10 +180,7 @@ class ParallelMapData(ProxyDataFlow):
 
     # -- iteration --------------------------------------------------------------------------
     def _source_len(self):
-        try:
-            return len(self.ds)
-        except (NotImplementedError, TypeError):
-            return None
+        return dataflow_length(self.ds)
 
     def __iter__(self):
         with self._guard:
@@ -342,8 +340,7 @@ class ParallelMapData(ProxyDataFlow):
             room -= st.index - before
             if exhausted:
                 if st.index == 0:
-                    raise ValueError(f"the source of {type(self).__name__} yielded no datapoint "
-                                     "in a whole pass, so it cannot be repeated")
+                    raise empty_pass_error(type(self).__name__, self.ds)
                 if st.run_len is None:
                     st.run_len = st.index
                 st.source = None

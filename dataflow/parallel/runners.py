@@ -9,7 +9,7 @@ registry (:func:`~.executors.make_executor`), or makes its threads itself.
 import logging
 
 from .. import config
-from .._helpers import available_cpus, check_int, dataflow_length
+from .._helpers import available_cpus, check_int, dataflow_length, repeat_forever
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
@@ -195,16 +195,11 @@ class _Groups:
 
     def __iter__(self):
         group = []
-        while True:
-            n = 0
-            for dp in self.ds:
-                n += 1
-                group.append(dp)
-                if len(group) == self.batch_size:
-                    yield group
-                    group = []
-            if n == 0:
-                raise ValueError(f"{type(self.ds).__name__} yielded no datapoint in a whole pass")
+        for dp in repeat_forever(self.ds, "MultiProcessMapAndBatchData"):
+            group.append(dp)
+            if len(group) == self.batch_size:
+                yield group
+                group = []
 
 
 class _MapAndBatch:
