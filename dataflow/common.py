@@ -368,8 +368,10 @@ class MapData(ProxyDataFlow):
             python_multiprocessing (bool): allow worker processes for Python ops.
             on_error, max_errors, max_restarts: see the class doc.
         """
+        # The serial dataflows sit below ops/ and parallel/: MapData reaches up only when built.
         from .ops import Compose, fuse
         from .parallel.policy import choose_executor, describe_choice
+        from .parallel.protocol import SERIAL
         super().__init__(ds)
         ops = list(func) if isinstance(func, (list, tuple)) else [func]
         # "auto" (autotuned workers) is placed like any parallel map
@@ -379,13 +381,13 @@ class MapData(ProxyDataFlow):
         logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))
         self.func = func if callable(func) else Compose(fuse(ops))
         self._parallel = None
-        if self.executor != "serial" or on_error != "raise":
-            from .parallel.processes import MultiProcessMapData
-            self._parallel = MultiProcessMapData(
-                ds, num_parallel_workers or 1, _ShallowCopyFirst(self.func), strict=True,
-                ordered=True, on_error=on_error, max_errors=max_errors,
+        if self.executor != SERIAL or on_error != "raise":
+            # Below parallel/ (see above): the parallel map is imported when one is needed.
+            from .parallel.runners import parallel_map
+            self._parallel = parallel_map(
+                ds, num_parallel_workers or 1, _ShallowCopyFirst(self.func), self.executor,
+                strict=True, ordered=True, on_error=on_error, max_errors=max_errors,
                 max_restarts=max_restarts)
-            self._parallel.executor = self.executor
             _tell_stats_parallel(self, self._parallel)
         _tell_stats_label(self, self.func)
 

@@ -18,11 +18,10 @@ import sys
 
 from .. import config
 from ..ops.base import _flatten, is_native, op_name
+from .protocol import PROCESS, SERIAL, THREAD
 
 __all__ = ["choose_executor", "describe_choice", "gil_disabled", "is_native",
            "SERIAL", "THREAD", "PROCESS"]
-
-SERIAL, THREAD, PROCESS = "serial", "thread", "process"
 
 
 def gil_disabled():

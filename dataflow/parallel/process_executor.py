@@ -22,7 +22,7 @@ import zmq
 
 from .. import config, rng
 from .._helpers import check_int
-from .protocol import CLOSED_WHILE_ITERATING
+from .protocol import CLOSED_WHILE_ITERATING, PROCESS
 from .shm import SegmentReader
 from . import transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
@@ -102,7 +102,7 @@ class ProcessExecutor:
     datapoint for longer than ``dataflow.config.hang_timeout()`` is reported through the
     ``dataflow`` logger with its current Python stack, again at every such interval.
     """
-    kind = "process"
+    kind = PROCESS
 
     def __init__(self, num_workers, make_func, start_method=None, max_restarts=0,
                  shm_budget=None, name="dataflow-worker"):

@@ -159,7 +159,7 @@ class InlineExecutor(Executor):
     """Runs each chunk at once, in the consuming thread: serial execution behind the same mapper
     (debug mode, where a debugger must be able to step into the map function, or an error
     policy without workers)."""
-    kind = "serial"
+    kind = SERIAL
 
     def __init__(self, make_func):
         self._func = make_func(0)

@@ -58,7 +58,8 @@ from .. import config, rng
 from .._helpers import available_cpus, check_int, check_positive_number
 from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
-from .protocol import CLOSED_WHILE_ITERATING, ERR, InlineExecutor, WorkerError, run_chunk
+from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, InlineExecutor, WorkerError,
+                       run_chunk)
 from .supervisor import WorkerCrashedError, check_workers
 from .transport import pickle_error, unpickle_error
 
@@ -287,7 +288,7 @@ class RayExecutor:
         max_restarts: how many dead actors may be replaced before :class:`WorkerCrashedError`.
         num_cpus_per_worker: the CPUs each actor reserves (Ray's ``num_cpus``).
     """
-    kind = "ray"
+    kind = RAY
 
     def __init__(self, num_workers, make_func, address=None, max_restarts=0,
                  num_cpus_per_worker=1):
@@ -518,7 +519,7 @@ class RayMapData(_RayChunks, ParallelMapData):
     In debug mode (:func:`dataflow.config.set_debug_mode`) the map runs serially in the
     consuming thread and Ray is not used.
     """
-    executor = "ray"
+    executor = RAY
 
     def __init__(self, ds, num_workers, map_func, *, address=None, buffer_size=200,
                  strict=False, ordered=False, on_error="raise", max_errors=None,
@@ -532,12 +533,12 @@ class RayMapData(_RayChunks, ParallelMapData):
         self.max_restarts = max_restarts
         self.num_cpus_per_worker = num_cpus_per_worker
         if config.debug_mode():
-            self.executor = "serial"
+            self.executor = SERIAL
         else:
             import_ray()            # fail at construction, with the install hint
 
     def _make_executor(self):
-        if self.executor == "serial":
+        if self.executor == SERIAL:
             return InlineExecutor(Constant(self.map_func))
         return RayExecutor(self.num_workers, Constant(self.map_func), address=self.address,
                            max_restarts=self.max_restarts,
@@ -554,7 +555,7 @@ class RayRunner(_RayChunks, CopiesRunner):
     is known, and never ends otherwise. ``address``, ``max_restarts`` and ``num_cpus_per_worker``
     are as for :class:`RayMapData`; a restarted actor starts a fresh copy of ``ds``.
     """
-    executor = "ray"
+    executor = RAY
 
     def __init__(self, ds, num_workers, *, num_prefetch=50, address=None, max_restarts=0,
                  num_cpus_per_worker=1, timeout=None):

@@ -16,10 +16,11 @@ from .executors import make_executor
 from .mapper import ParallelMapData
 from .policy import choose_executor, describe_choice
 from .process_executor import ProcessExecutor
+from .protocol import PROCESS, SERIAL, THREAD
 from .start import _checked_start_method
 from .thread_executor import ThreadExecutor
 
-__all__ = ["MultiThreadMapData", "MultiThreadRunner", "MultiProcessMapData",
+__all__ = ["parallel_map", "MultiThreadMapData", "MultiThreadRunner", "MultiProcessMapData",
            "MultiProcessMapDataZMQ", "MultiProcessRunner", "MultiProcessRunnerZMQ",
            "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ"]
 
@@ -54,7 +55,7 @@ class MultiThreadMapData(ParallelMapData):
             for this many seconds (default ``None``: wait as long as it takes; work held longer
             than ``dataflow.config.hang_timeout()`` is logged with the worker's stack).
     """
-    executor = "thread"
+    executor = THREAD
 
     def __init__(self, ds, num_thread=None, map_func=None, *, buffer_size=200, strict=False,
                  ordered=False, on_error="raise", max_errors=None, timeout=None):
@@ -63,10 +64,33 @@ class MultiThreadMapData(ParallelMapData):
                          on_error=on_error, max_errors=max_errors, timeout=timeout)
         self.num_thread = self.num_workers
         if config.debug_mode():
-            self.executor = "serial"
+            self.executor = SERIAL
 
     def _make_executor(self):
         return make_executor(self.executor, self.num_workers, Constant(self.map_func))
+
+
+
+def parallel_map(ds, num_workers, map_func, executor, *, max_restarts=0, **options):
+    """The parallel dataflow that runs ``map_func`` over ``ds`` on an executor of kind
+    ``executor``, chosen once by the caller (``MapData`` and ``BatchData`` ask the run-in-thread
+    table, :func:`~.policy.choose_executor`). ``options`` are :class:`~.mapper.ParallelMapData`'s;
+    ``max_restarts`` is checked here for every kind."""
+    return _PlacedMapData(ds, num_workers, map_func, executor, max_restarts=max_restarts,
+                          **options)
+
+
+class _PlacedMapData(ParallelMapData):
+    """A parallel map on the executor kind it is given (see :func:`parallel_map`)."""
+
+    def __init__(self, ds, num_workers, map_func, executor, *, max_restarts=0, **options):
+        super().__init__(ds, num_workers, map_func, **options)
+        self.executor = executor
+        self.max_restarts = check_int("max_restarts", max_restarts, 0)
+
+    def _make_executor(self):
+        return make_executor(self.executor, self.num_workers, Constant(self.map_func),
+                             start_method=None, max_restarts=self.max_restarts)
 
 
 class MultiThreadRunner(ParallelMapData):
@@ -77,7 +101,7 @@ class MultiThreadRunner(ParallelMapData):
     is known, and never ends otherwise. Errors in a copy reach the consumer with their original
     type.
     """
-    executor = "thread"
+    executor = THREAD
     _autotune_ok = False       # one copy of the dataflow per thread: a fixed count
 
     def __init__(self, get_df, num_prefetch, num_thread):
@@ -124,7 +148,7 @@ class MultiProcessMapData(ParallelMapData):
     :func:`dataflow.shared_empty` allocates an output array directly in shared memory.
     ``map_func`` may be a lambda or closure: it is shipped with cloudpickle.
     """
-    executor = "process"
+    executor = PROCESS
 
     def __init__(self, ds, num_proc=None, map_func=None, *, buffer_size=200, strict=False,
                  ordered=False, on_error="raise", max_errors=None, start_method=None,
@@ -156,7 +180,7 @@ class MultiProcessRunner(CopiesRunner):
     each ``__iter__`` pass yields ``len(ds)`` datapoints when that is known, and never ends
     otherwise.
     """
-    executor = "process"
+    executor = PROCESS
 
     def __init__(self, ds, num_prefetch, num_proc, *, start_method=None, max_restarts=0,
                  timeout=None):

@@ -14,7 +14,7 @@ import time
 import traceback
 
 from .. import config
-from .protocol import CLOSED_WHILE_ITERATING, WorkerError, run_chunk
+from .protocol import CLOSED_WHILE_ITERATING, THREAD, WorkerError, run_chunk
 from .supervisor import check_workers
 
 __all__ = ["ThreadExecutor"]
@@ -92,7 +92,7 @@ class ThreadExecutor:
     The pool can be resized while it runs (autotuning): :meth:`add_worker` starts a thread,
     :meth:`retire_worker` queues a token that makes the first thread to take it leave after the
     chunks queued before it, so no chunk is lost or run twice."""
-    kind = "thread"
+    kind = THREAD
 
     def __init__(self, num_workers, make_func, name="dataflow"):
         self._tasks = queue.SimpleQueue()
