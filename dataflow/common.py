@@ -104,7 +104,7 @@ class TestDataSpeed(ProxyDataFlow):
                 next(itr)
             _reset_stats(self.ds)          # the statistics cover the timed datapoints
             try:
-                import tqdm
+                import tqdm        # optional dependency: a progress bar when installed
             except ImportError:
                 tqdm = None
             if tqdm is not None:

@@ -355,7 +355,7 @@ def _label(df):
 
 
 def _figures(df, now):
-    """(produced, passes, time_s, first, last) of ``df`` since its last reset_stats."""
+    """(produced, passes, time_s, first, last, running) of ``df`` since its last reset_stats."""
     st = _stage_stats(df, create=False)
     if st is None:
         return 0, 0, 0.0, None, None, False

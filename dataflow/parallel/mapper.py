@@ -54,8 +54,9 @@ def _array_bytes(value):
 
 
 class _Pass:
-    """The state that outlives one ``__iter__`` pass: what is in flight and, in non-strict mode,
-    the position in the endless source."""
+    """The state that outlives one ``__iter__`` pass: what is in flight, in non-strict mode the
+    position in the endless source, and the estimates that size the chunks (seconds and bytes
+    per datapoint, the warm-up)."""
 
     def __init__(self):
         self.next_seq = 0          # sequence number of the next datapoint sent

@@ -142,13 +142,18 @@ class Executor:
       takes). Work held longer than ``dataflow.config.hang_timeout()`` is logged as hung.
     * ``close()``: stop the workers promptly (well under 100 ms) and release everything;
       idempotent, safe to call from a finalizer or at interpreter exit.
+
+    Optional, used when present: ``num_workers``; ``add_worker()`` and ``retire_worker()``
+    (resizing while running, needed for ``num_workers="auto"``); and for :func:`dataflow.stats`,
+    ``worker_stats()`` (a dict per worker: ``key``, ``id``, ``busy_s``, ``started``, ``ended``,
+    ``state``, optionally ``shm_bytes`` and ``pool_bytes``), ``restarts`` and ``shm_bytes``.
     """
     kind = None
 
     def submit(self, run, items):
         raise NotImplementedError
 
-    def get(self):
+    def get(self, timeout=None):
         raise NotImplementedError
 
     def close(self):

@@ -71,7 +71,7 @@ INSTALL_HINT = 'pip install "dataflow-rt[ray]"'
 
 # A Ray task costs about 0.5 ms of CPU (consumer, raylet and actor together) and 1 ms of latency,
 # some 10 times a worker process's message: chunks aim at this much work each (the mapper's
-# default is 2 ms), so that the overhead stays a few percent of a ~1 ms map.
+# default is 10 ms), so that the overhead stays a few percent of a ~1 ms map.
 CHUNK_SECONDS = 0.02
 
 # get() wakes at least this often (seconds) while it waits.
@@ -87,7 +87,7 @@ _actor_class = None         # _ActorBody made a Ray actor class, once
 def import_ray():
     """The ``ray`` module, or an ``ImportError`` that says how to install it."""
     try:
-        import ray
+        import ray              # optional dependency: imported on use, never by `import dataflow`
     except ImportError as e:
         raise ImportError(f"Ray dataflows need Ray, which is not installed: {INSTALL_HINT} "
                           f"(or pip install ray)") from e
@@ -183,7 +183,7 @@ class _ActorBody:
 
     def info(self):
         """``(pid, node ip)`` of this actor, for messages."""
-        import ray
+        import ray                  # optional dependency; this runs in the actor, where Ray is loaded
         return os.getpid(), ray.util.get_node_ip_address()
 
     def run(self, run, items):

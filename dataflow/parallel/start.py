@@ -46,7 +46,7 @@ class _Shipped:
 
     def __reduce__(self):
         if self._data is None:
-            import cloudpickle
+            import cloudpickle     # start-up cost: only paid once something must be pickled
             try:
                 self._data = cloudpickle.dumps(self.obj)
             except Exception as e:
