@@ -51,8 +51,9 @@ def _parse_ids(text, valid, what):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Run the reference workloads (shared/benchmark-workloads.md) through dataflow "
-                    "and its peers, alternating systems run by run; print a Markdown table.")
+        description="Run the reference workloads (described in benchmarks/README.md) through "
+                    "dataflow and its peers, alternating systems run by run; print a Markdown "
+                    "table.")
     p.add_argument("--quick", action="store_true",
                    help="short runs (~0.1-0.3 s each), whole thing under a minute")
     p.add_argument("--workloads", default="1,2,3,4,5,img",

@@ -9,8 +9,8 @@ it starts work, so a change applies to maps and workers started afterwards).
   worker's CPU priority is (``os.nice``, applied by the worker when it starts). Default 10. When
   the workers and the consumer want more cores than there are, the consumer then gets one first:
   it dispatches work and takes results in time, instead of waiting for a time slice while the
-  workers run out of work (workload 2 of the benchmarks: about +13 % on 2 cores, workloads 1 and
-  3 +5-7 %, CPU-bound maps unchanged). With Linux's usual settings (session autogroups, or a
+  workers run out of work (a gain when cores are short, nothing for CPU-bound maps; figures in
+  docs/measurements.md). With Linux's usual settings (session autogroups, or a
   container's control group) the priority counts among the processes of the same session or
   container: workers do not yield to other jobs any more than before, but they do yield to other
   CPU-hungry processes of your own. ``0`` keeps workers at the consumer's priority. No effect

@@ -14,8 +14,8 @@ block of datapoints that go through ``islice(compress(it, iter(TRUES)), n)``; th
 is read back from the selector's length hint, so counts are exact (also during a pass). The
 timed datapoint stands for its block, which keeps the time estimate unbiased. Block sizes are
 drawn at random (mean up to 1023) and shrink for slow stages, where timing every datapoint costs
-nothing in comparison. So times are estimates; counts are exact. On the tiniest map (benchmark
-workload 1, serial) recording adds about 2 % of the instructions per datapoint.
+nothing in comparison. So times are estimates; counts are exact; recording costs a few percent
+on the tiniest maps and nothing measurable on real ones (figures in docs/measurements.md).
 
 Parallel dataflows (:class:`~dataflow.parallel.mapper.ParallelMapData` and the ``MapData`` /
 ``BatchData`` that run one) add, in ``"parallel"``: the workers and the busy fraction of each,

@@ -97,8 +97,8 @@ def make_context(batch=True):
     The consumer's contexts are batch: every message sent wakes the I/O thread, and at normal
     priority the kernel switches to a thread it wakes at once, so on a machine whose cores are
     all busy with workers each send cost the consumer a context switch and a wait for a core (a
-    fifth of its time on workload 2); as a batch thread it runs when a core comes free instead.
-    Measured on 2 cores: workload 2 +10 %, workload 3 +6-17 %, workloads 1, 4, 5 unchanged.
+    fifth of its time on workload 2); as a batch thread it runs when a core comes free instead
+    (figures in docs/measurements.md).
     A worker's is not: its main thread runs at a lower priority than the I/O thread (see
     ``worker._worker_main``), which should preempt it to send a result at once."""
     context = zmq.Context(1)

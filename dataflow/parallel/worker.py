@@ -112,7 +112,7 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     sock.bind(endpoint)
     # Only now, with ZeroMQ's I/O thread running at the consumer's priority: it sends each
     # result as soon as it is ready, preempting this thread, instead of waiting for a time slice
-    # while the cores run workers (measured on 2 cores: +16 % on workload 2, +6-8 % on 1 and 3).
+    # while the cores run workers (figures in docs/measurements.md).
     _lower_priority(nice)
     pool = SegmentPool(fd_sock)
     shm.set_worker_pool(pool)
