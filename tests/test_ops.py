@@ -452,3 +452,34 @@ def test_ops_pickle_and_run_in_mapdata():
     np.testing.assert_array_equal(out[1][1], [0, 0, 1])
     assert repr(CenterCrop(4, index=0)) == "CenterCrop(size=(4, 4), index=0)"
     assert dataflow.ops.Decode is Decode
+
+
+def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested():
+    # Serial MapData keys datapoint_rng by (pass, index) through a cursor advanced in place;
+    # the draws must be those of the explicit tuple key, one stream per datapoint, and two
+    # nested serial MapData (whose keys coincide in value) must each start a fresh stream.
+    def draw(dp):
+        return dp + [int(drng.datapoint_rng().integers(1 << 30))]
+
+    def expected(p, i, calls):
+        drng.set_datapoint_key((p, i))
+        return [int(drng.datapoint_rng().integers(1 << 30)) for _ in range(calls)]
+
+    set_seed(7)
+    inner = MapData(DataFromList([[k] for k in range(5)], shuffle=False), draw)
+    outer = MapData(inner, draw)
+    outer.reset_state()
+    got = [list(outer), list(outer)]      # two passes
+    for p in range(2):
+        for i in range(5):
+            a = expected(p, i, 1)[0]
+            assert got[p][i] == [i, a, a]  # the outer key (p, i) starts its own fresh stream
+
+    # repeated calls for one datapoint continue its stream
+    def two(dp):
+        g = drng.datapoint_rng()
+        return [int(g.integers(1 << 30)), int(drng.datapoint_rng().integers(1 << 30))]
+
+    df = MapData(DataFromList([[k] for k in range(3)], shuffle=False), two)
+    df.reset_state()
+    assert list(df) == [expected(0, i, 2) for i in range(3)]
