@@ -41,6 +41,15 @@ def _blas_info():
         return [{"error": repr(exc)}]
 
 
+MAX_PER_ITEM = 32     # the largest batch a stream may yield (img, torch-batch32)
+
+
+def _check_batch(first, n):
+    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows."""
+    leaves = first if isinstance(first, (list, tuple)) else [first]
+    return bool(leaves) and all(getattr(x, "shape", (None,))[:1] == (n,) for x in leaves)
+
+
 def measure(family, cmd):
     """The body of one run, in the forked child.
 
@@ -54,19 +63,21 @@ def measure(family, cmd):
     system = cmd["system"]
     wl = WORKLOADS[cmd["workload"]]
     count = int(cmd["count"])
-    per_item = wl.batch or 1
-    items = count // per_item
-    count = items * per_item
     source = wl.source()
-    passes = max(1, math.ceil((count + per_item) / len(source)))
+    # enough passes for the count and a first item of up to MAX_PER_ITEM datapoints
+    passes = max(1, math.ceil((count + MAX_PER_ITEM) / len(source)))
     gc.collect()
 
     t0 = time.perf_counter()
-    stream = open_stream(family, system, wl, source, passes)
+    stream = open_stream(family, system, wl, source, passes, cmd.get("workers", 2))
     first = next(stream.it)
     consume(first)
     t1 = time.perf_counter()
-    good = bool(wl.check(first))
+    # datapoints per item: the workload's batch, or the system's own batching (torch-batch32)
+    per_item = stream.per_item or wl.batch or 1
+    items = count // per_item
+    count = items * per_item
+    good = bool(wl.check(first)) if per_item == (wl.batch or 1) else _check_batch(first, per_item)
     del first
     startup = t1 - t0
     send("STAGE", {"stage": "started", "startup_s": startup})
