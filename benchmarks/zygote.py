@@ -42,6 +42,7 @@ def _blas_info():
 
 
 MAX_PER_ITEM = 32     # the largest batch a stream may yield (img, torch-batch32)
+CHECK_EVERY = 16      # items between two looks at the clock when a run has a time cap
 
 
 def _check_batch(first, n):
@@ -84,20 +85,31 @@ def measure(family, cmd):
 
     nxt = stream.it.__next__
     received = nbytes = 0          # bytes received in the measured window (after the first)
+    # The window ends after ``items`` items or, for a slow system, at the first check (every
+    # CHECK_EVERY items) past ``max_s`` seconds: the same clock reads for every system.
+    max_s = cmd.get("max_s")
+    check = CHECK_EVERY if max_s else items + 1
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
+    deadline = t2 + (max_s or 0)
+    perf = time.perf_counter
     try:
         for received in range(1, items + 1):   # noqa: B007
             nbytes += consume(nxt())
+            if received % check == 0 and perf() > deadline:
+                break
     except StopIteration:
         raise RuntimeError("the stream ended after %d items; expected %d (%d passes of %d "
                            "datapoints, %d datapoints per item)"
                            % (received, items + 1, passes, len(source), per_item)) from None
     t3 = time.perf_counter()
+    items = received
+    count = items * per_item
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     del nxt
     measure_s = t3 - t2
     send("STAGE", {"stage": "measured", "startup_s": startup, "measure_s": measure_s,
+                   "count": count,
                    "bytes": nbytes})
 
     stream_detail = stream.detail
