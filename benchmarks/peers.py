@@ -62,9 +62,9 @@ PEER_FAMILIES = ("grain", "spdl", "torchdata")
 PEER_BATCH_NOTES = {
     "grain": "then .batch(32) before mp_prefetch / in the workers' operations (grain.transforms."
              "Batch): collated in the workers",
-    "spdl": "then .aggregate(32).pipe(collate): collated in the pipeline's threads",
-    "torchdata": "as Batcher(IterableWrapper(ds), 32) then ParallelMapper(map-and-collate): "
-                 "collated in the workers (torchdata's migration guide)",
+    "spdl": "then .aggregate(32).pipe(collate): collated in the pipeline's own threads",
+    "torchdata": "with Batcher(32) before the map and map-and-collate as its function: "
+                 "collated where the map runs (torchdata's migration guide)",
 }
 SINK_BUFFER = 64          # SPDL's sink queue and per-stage buffers, in items
 GRAIN_PREFETCH = 200      # grain's prefetch buffer (ReadOptions.prefetch_buffer_size)
