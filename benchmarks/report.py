@@ -385,7 +385,7 @@ def scaling_markdown(rows, worker_counts, cpus, workloads_meta):
 
 def _ranking_panel(ax, rank, workloads_meta):
     """Per workload, each library's best configuration ÷ the best peer's (medians); the dataflow
-    bar is labelled with its repeat-by-repeat ratio."""
+    bar is the repeat-by-repeat ratio (median), as in the ranking table."""
     libs = []
     for row in rank:
         for f in row["best"]:
@@ -399,10 +399,11 @@ def _ranking_panel(ax, rank, workloads_meta):
             ref = row["best"][SYSTEMS[row["best_peer"]][0]]["throughput_dps"]
             if b is None or not ref:
                 continue
-            xs.append(j - 0.4 + width * (i + 0.5))
-            ys.append(b["throughput_dps"] / ref)
             st = row.get("ratio") if lib == "dataflow" else None
-            labels.append("%.2f" % (st["median"] if st else b["throughput_dps"] / ref))
+            y = st["median"] if st else b["throughput_dps"] / ref
+            xs.append(j - 0.4 + width * (i + 0.5))
+            ys.append(y)
+            labels.append("%.2f" % y)
         ax.bar(xs, ys, width, label=lib)
         for x, y, text in zip(xs, ys, labels):
             ax.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
