@@ -14,7 +14,7 @@ import time
 
 from . import report
 from .server import Server, ServerDied
-from .systems import FAMILIES, SYSTEMS, applies, description
+from .systems import FAMILIES, SYSTEMS, applies, description, workers_of
 
 # Workload labels, without importing numpy here (workloads.py does). Ids: ints 1-5, then "img".
 WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
@@ -28,6 +28,10 @@ WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
 COUNTS = {1: (30000, 3000), 2: (9000, 1200), 3: (600, 80), 4: (2000, 250), 5: (2000, 250),
           "img": (1024, 128)}
 
+# The measured window also ends after this many seconds (full, quick): the slowest peers (SPDL on
+# the tiny workloads, ~1,000 dp/s) would otherwise take half a minute per run. Throughput is
+# then the items received over the window's time.
+MAX_MEASURE_S = (3.0, 0.4)
 # Limits per run: (full, quick) seconds.
 RUN_TIMEOUT = (40.0, 10.0)        # from the command to the result; past it the run is "hung"
 TEARDOWN_CAP = (15.0, 1.5)        # teardown longer than this is killed and shown as "≥cap"
@@ -59,8 +63,8 @@ def parse_args(argv):
     p.add_argument("--workloads", default="1,2,3,4,5,img",
                    help="comma-separated ids: 1-5, img (default: all)")
     p.add_argument("--systems", default="all",
-                   help="comma-separated systems or families (dataflow, tensorpack, torch) or "
-                        "'all'; systems: " + ", ".join(SYSTEMS))
+                   help="comma-separated systems or families (%s) or 'all'; systems: %s"
+                        % (", ".join(FAMILIES), ", ".join(SYSTEMS)))
     p.add_argument("--repeats", type=int, default=3, help="runs per system and workload (>= 3 "
                    "for reportable figures; default 3)")
     p.add_argument("--json", default="bench-results.json", metavar="PATH",
@@ -71,10 +75,22 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds before a run counts as hung (default: %.0f, quick %.0f)"
                         % RUN_TIMEOUT)
+    p.add_argument("--workers", default="2", metavar="N[,N...]",
+                   help="worker count of every parallel system (default 2); several, e.g. "
+                        "2,4,8,16, run each parallel system at each count and add a scaling "
+                        "table (throughput over serial, per library); the first count is the "
+                        "one of the main table")
     p.add_argument("--dataflow-module", default="dataflow", metavar="MODULE",
                    help="module benchmarked as 'dataflow' (default: %(default)s); e.g. "
                         "tensorpack.dataflow to check the harness itself")
     args = p.parse_args(argv)
+    try:
+        args.workers = [int(x) for x in args.workers.split(",") if x.strip()]
+    except ValueError:
+        p.error("--workers takes comma-separated integers, e.g. 2,4,8,16")
+    if not args.workers or min(args.workers) < 1:
+        p.error("--workers: counts must be >= 1")
+    args.workers = list(dict.fromkeys(args.workers))
     args.workloads = [int(w) if w.isdigit() else w
                       for w in _parse_ids(args.workloads, [str(w) for w in WORKLOAD_LABELS],
                                           "workload")]
@@ -240,10 +256,14 @@ def main(argv=None, previous_pins=None):
             server.stop()
 
     wall = time.monotonic() - t_start
-    rows = report.summarize(runs, args.workloads, systems)
+    w0 = args.workers[0]
+    main_runs = report.runs_at(runs, w0)
+    rows = report.summarize(main_runs, args.workloads, systems)
     table = report.markdown(rows, WORKLOAD_LABELS)
     run_notes = _run_notes(runs)
     print()
+    if len(args.workers) > 1:
+        print("## %d workers (first of --workers %s)\n" % (w0, ",".join(map(str, args.workers))))
     print(table)
     print()
     print("Cells: median (min–max) over the ok runs. Ratios are of datapoints/s, computed repeat by "
@@ -252,8 +272,35 @@ def main(argv=None, previous_pins=None):
           + (" Workload img counts images (datapoints/s = images/s; MB/s = bytes of the "
              "batches); a system's '(…)' is what it reported: the executor MapData chose, or "
              "torch's batching in the DataLoader." if "img" in args.workloads else ""))
-    for line in report.img_choice_lines(runs, systems) if "img" in args.workloads else ():
+    for line in report.img_choice_lines(main_runs, systems) if "img" in args.workloads else ():
         print(line)
+    rankings = {}
+    for n in args.workers:
+        rankings[n] = report.ranking(report.runs_at(runs, n), args.workloads, systems)
+        print("\n## Ranking, %d workers%s: the best configuration of each library per workload\n"
+              % (n, " (oversubscribed: %d CPUs)" % os.cpu_count() if n > (os.cpu_count() or n)
+                 else ""))
+        print(report.ranking_markdown(rankings[n], WORKLOAD_LABELS))
+    print("\nCells: #place, the library's fastest system (median datapoints/s). 'best dataflow ÷ "
+          "best peer' is repeat by repeat, median (min–max); goal: ≥ 1 on every workload, "
+          "≥ 1.2 on img and fbresnet (issue 19).")
+    scale = None
+    if len(args.workers) > 1:
+        scale = report.scaling(runs, args.workloads, systems, args.workers)
+        print("\n## Scaling: each library's best parallel configuration ÷ its own serial one\n")
+        print(report.scaling_markdown(scale, args.workers, os.cpu_count() or 0, WORKLOAD_LABELS))
+        print("\nRepeat by repeat, median; the serial reference of SPDL is its pipeline with one "
+              "worker thread (it has no in-thread mode). Counts above the CPU count are "
+              "oversubscribed: they show overhead, not scaling.")
+    print("\n## Systems (%d workers)\n" % w0)
+    for sname in systems:
+        ws = [w for w in args.workloads if applies(sname, w)]
+        plain = [w for w in ws if w != "img"]
+        if plain:
+            print("- `%s` (%s): %s" % (sname, ",".join(map(str, plain)),
+                                      description(sname, plain[0], w0)))
+        if "img" in ws:
+            print("- `%s` (img): %s" % (sname, description(sname, "img", w0)))
     load = _loadavg()
     if load:
         run_notes.append("load average at the end: %.2f %.2f %.2f (1/5/15 min; this harness "
@@ -273,6 +320,7 @@ def main(argv=None, previous_pins=None):
                      "systems_requested": args.systems, "systems_run": systems,
                      "skipped": skipped, "counts": {w: COUNTS[w][q] for w in args.workloads},
                      "limits_s": {"run_timeout": timeout, "teardown_cap": teardown_cap,
+                                  "max_measure": MAX_MEASURE_S[q],
                                   "exit_grace": exit_grace},
                      "dataflow_module": args.dataflow_module, "versions": versions,
                      "python": sys.version, "platform": platform.platform(),
@@ -281,22 +329,26 @@ def main(argv=None, previous_pins=None):
                      "env": {k: os.environ.get(k) for k in (
                          "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                          "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+                     "workers": args.workers,
                      "system_descriptions": {
-                         str(w): {s: description(s, w) for s in args.systems if applies(s, w)}
+                         str(w): {s: description(s, w, w0) for s in args.systems if applies(s, w)}
                          for w in args.workloads}},
             "runs": runs,
             "summary": rows,
-            "all_ratios": report.all_ratios(runs, args.workloads, systems),
+            "ranking": {str(n): r for n, r in rankings.items()},
+            "scaling": scale,
+            "all_ratios": report.all_ratios(main_runs, args.workloads, systems),
             "markdown": table,
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print("- raw results written to %s" % args.json)
     if args.png:
-        title = "dataflow benchmarks (%s, %d repeats, %d CPUs)" % (
-            "quick" if args.quick else "full", args.repeats, os.cpu_count() or 0)
+        title = "dataflow benchmarks (%s, %d repeats, %d workers, %d CPUs)" % (
+            "quick" if args.quick else "full", args.repeats, w0, os.cpu_count() or 0)
         try:
-            print("- " + report.write_png(rows, WORKLOAD_LABELS, args.png, title))
+            print("- " + report.write_png(rows, WORKLOAD_LABELS, args.png, title,
+                                          rank=rankings[w0]))
         except Exception as exc:   # noqa: BLE001 - the chart is optional
             print("- PNG skipped: drawing failed: %r" % (exc,))
     print("- wall time: %.1f s" % (time.monotonic() - t_start))
@@ -306,22 +358,32 @@ def main(argv=None, previous_pins=None):
 def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unavailable=None):
     """Workload by workload; within it, repeat by repeat, every system once (A B A B ...)."""
     q = 1 if args.quick else 0
-    plan = [(w, r, s) for w in args.workloads for r in range(args.repeats) for s in systems
-            if applies(s, w)]
+    plan = []
+    for w in args.workloads:
+        for r in range(args.repeats):
+            for s in systems:
+                if not applies(s, w):
+                    continue
+                counts = sorted({workers_of(s, n) for n in args.workers}, key=str)
+                plan.extend((w, r, s, n) for n in counts)
     progress = Progress(len(plan))
     runs = []
     given_up = dict(unavailable or {})     # (workload, system) -> why no (more) runs
     try:
-        for seq, (w, r, s) in enumerate(plan):
+        for seq, (w, r, s, n) in enumerate(plan):
             family = SYSTEMS[s][0]
             server = servers[family]
-            base = {"seq": seq, "workload": w, "repeat": r, "system": s, "count": COUNTS[w][q]}
-            if (w, s) in given_up or server.ready is None:
+            base = {"seq": seq, "workload": w, "repeat": r, "system": s, "workers": n,
+                    "count": COUNTS[w][q]}
+            why = given_up.get((w, s)) or given_up.get((w, s, n))
+            if why or server.ready is None:
                 rec = dict(base, status="skipped",
-                           error=given_up.get((w, s)) or "fork server unavailable: %s"
+                           error=why or "fork server unavailable: %s"
                            % server.failure, notes=[])
             else:
-                cmd = {"system": s, "workload": w, "count": COUNTS[w][q]}
+                cmd = {"system": s, "workload": w, "count": COUNTS[w][q],
+                       "max_s": MAX_MEASURE_S[q],
+                       "workers": n if n is not None else args.workers[0]}
                 t0 = time.monotonic()
                 try:
                     rec = server.run(cmd, timeout, teardown_cap, exit_grace)
@@ -334,15 +396,17 @@ def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unava
                 rec = dict(base, **rec)
                 rec["wall_s"] = time.monotonic() - t0
                 if rec["status"] in ("hung", "crashed"):
-                    given_up[(w, s)] = "not run: an earlier run of it %s" % rec["status"]
+                    given_up[(w, s, n)] = "not run: an earlier run of it %s" % rec["status"]
                     progress.write("W%s %s repeat %d: %s (%s)%s" % (
                         w, s, r + 1, rec["status"].upper(), rec.get("error"),
                         "; remaining repeats skipped" if r + 1 < args.repeats else ""))
             runs.append(rec)
+            label = s if n is None or len(args.workers) == 1 else "%s@%s" % (s, n)
             if rec["status"] == "ok":
-                text = "W%s %s #%d: %s dp/s" % (w, s, r + 1, report._num(rec["throughput_dps"]))
+                text = "W%s %s #%d: %s dp/s" % (w, label, r + 1,
+                                                report._num(rec["throughput_dps"]))
             else:
-                text = "W%s %s #%d: %s" % (w, s, r + 1, rec["status"])
+                text = "W%s %s #%d: %s" % (w, label, r + 1, rec["status"])
             progress.step(text)
     finally:
         progress.close()

@@ -183,8 +183,9 @@ def img_choice_lines(runs, systems, workload="img"):
 
 
 # -------------------------------------------------------------------------------- chart
-def write_png(rows, workloads_meta, path, title):
-    """Bar chart of the ratios; returns a message saying what happened."""
+def write_png(rows, workloads_meta, path, title, rank=None):
+    """Bar chart of the ratios (and, given ``rank``, of each library's best configuration over
+    the best peer's, per workload); returns a message saying what happened."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -200,8 +201,12 @@ def write_png(rows, workloads_meta, path, title):
                            lambda r: "%s vs %s" % (r["counterpart"], r["system"])),
                           (serial_rows, "serial_ratio",
                            "÷ dataflow-serial (throughput)", lambda r: r["system"])) if p[0]]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 4.2 * len(panels)), squeeze=False)
-    for ax, (prow, key, ylabel, series_of) in zip(axes[:, 0], panels):
+    rank = [r for r in (rank or ()) if r.get("best_peer")]
+    fig, axes = plt.subplots(len(panels) + bool(rank), 1,
+                             figsize=(11, 4.2 * (len(panels) + bool(rank))), squeeze=False)
+    if rank:
+        _ranking_panel(axes[0, 0], rank, workloads_meta)
+    for ax, (prow, key, ylabel, series_of) in zip(axes[1 if rank else 0:, 0], panels):
         workloads = []
         for r in prow:                    # in the order run (ids mix ints and "img")
             if r["workload"] not in workloads:
@@ -245,3 +250,168 @@ def write_png(rows, workloads_meta, path, title):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return "PNG written to %s" % path
+
+
+# -------------------------------------------------------------------------------- ranking
+def runs_at(runs, workers):
+    """The runs of the table at worker count ``workers``: those at that count, and those of the
+    systems whose count does not follow --workers (serial ones, fixed ones)."""
+    from .systems import FIXED_WORKERS
+    return [r for r in runs
+            if r.get("workers") in (None, workers) or r["system"] in FIXED_WORKERS]
+
+
+def _median_tp(runs, workload, system):
+    st = _stats([r.get("throughput_dps") for r in _ok_by_repeat(runs, workload, system).values()])
+    return st["median"] if st else None
+
+
+def ranking(runs, workloads, systems):
+    """Per workload, the best configuration (highest median throughput) of each library, and
+    best dataflow ÷ best peer, repeat by repeat. Returns a list of dicts."""
+    families = []
+    for s in systems:
+        if SYSTEMS[s][0] not in families:
+            families.append(SYSTEMS[s][0])
+    out = []
+    for w in workloads:
+        best = {}
+        for fam in families:
+            cands = [(_median_tp(runs, w, s), s) for s in systems
+                     if SYSTEMS[s][0] == fam and applies(s, w)]
+            cands = [c for c in cands if c[0] is not None]
+            if cands:
+                tp, s = max(cands)
+                best[fam] = {"system": s, "throughput_dps": tp}
+        order = sorted(best, key=lambda f: -best[f]["throughput_dps"])
+        peers = [f for f in order if f != "dataflow"]
+        row = {"workload": w, "best": best, "order": order,
+               "best_peer": best[peers[0]]["system"] if peers else None}
+        if "dataflow" in best and peers:
+            row["best_dataflow"] = best["dataflow"]["system"]
+            row["ratio"] = pair_ratio(runs, w, row["best_dataflow"], row["best_peer"])
+        out.append(row)
+    return out
+
+
+# The goals of issue 19: best dataflow >= best peer everywhere, >= 1.2x on these.
+RANK_GOALS = {"img": 1.2, "fbresnet": 1.2}
+
+
+def ranking_markdown(rank, workloads_meta):
+    families = []
+    for row in rank:
+        for f in row["best"]:
+            if f not in families:
+                families.append(f)
+    head = "| workload | " + " | ".join(families) + " | best dataflow ÷ best peer | goal |"
+    out = [head, "|" + "---|" * (len(families) + 3)]
+    for row in rank:
+        cells = []
+        for f in families:
+            b = row["best"].get(f)
+            if b is None:
+                cells.append("—")
+                continue
+            place = row["order"].index(f) + 1
+            cells.append("#%d %s: %s" % (place, b["system"], _num(b["throughput_dps"])))
+        st = row.get("ratio")
+        goal = RANK_GOALS.get(row["workload"], 1.0)
+        if st is None:
+            ratio, met = "n/a", ""
+        else:
+            ratio = "%s vs %s" % (_ratio_cell(st), row["best_peer"])
+            met = ("met (≥ %.1f)" if st["median"] >= goal else "**missed** (< %.1f)") % goal
+        w = row["workload"]
+        out.append("| %s %s | %s | %s | %s |" % (w, workloads_meta.get(w, ""), " | ".join(cells),
+                                                ratio, met))
+    return "\n".join(out)
+
+
+def scaling(runs, workloads, systems, worker_counts):
+    """Per workload and library: its best parallel configuration at each worker count, over its
+    own serial configuration (repeat by repeat). Libraries without a serial system are left
+    out."""
+    from .systems import is_serial
+    out = []
+    families = []
+    for s in systems:
+        if SYSTEMS[s][0] not in families:
+            families.append(SYSTEMS[s][0])
+    for w in workloads:
+        for fam in families:
+            serial = [s for s in systems if SYSTEMS[s][0] == fam and is_serial(s) and applies(s, w)]
+            if not serial:
+                continue
+            serial = serial[0]
+            row = {"workload": w, "library": fam, "serial": serial,
+                   "serial_dps": _median_tp(runs, w, serial), "at": {}}
+            for n in worker_counts:
+                at = [r for r in runs if r.get("workers") == n]
+                cands = [(_median_tp(at, w, s), s) for s in systems
+                         if SYSTEMS[s][0] == fam and not is_serial(s) and applies(s, w)]
+                cands = [c for c in cands if c[0] is not None]
+                if not cands:
+                    continue
+                tp, s = max(cands)
+                # the serial runs carry workers=None: pair them by repeat with the runs at n
+                both = at + [r for r in runs if r["system"] == serial]
+                row["at"][n] = {"system": s, "throughput_dps": tp,
+                                "over_serial": pair_ratio(both, w, s, serial)}
+            out.append(row)
+    return out
+
+
+def scaling_markdown(rows, worker_counts, cpus, workloads_meta):
+    heads = ["%d workers%s" % (n, " (oversubscribed: %d CPUs)" % cpus if n > cpus else "")
+             for n in worker_counts]
+    out = ["| workload | library (serial dp/s) | " + " | ".join(heads) + " |",
+           "|" + "---|" * (len(worker_counts) + 2)]
+    for row in rows:
+        cells = []
+        for n in worker_counts:
+            a = row["at"].get(n)
+            if a is None:
+                cells.append("—")
+            else:
+                st = a["over_serial"]
+                cells.append("%s× (%s)" % ("%.2f" % st["median"] if st else "n/a", a["system"]))
+        serial = _num(row["serial_dps"]) if row["serial_dps"] else "—"
+        w = row["workload"]
+        out.append("| %s %s | %s (%s) | %s |" % (w, workloads_meta.get(w, ""), row["library"],
+                                                 serial, " | ".join(cells)))
+    return "\n".join(out)
+
+
+def _ranking_panel(ax, rank, workloads_meta):
+    """Per workload, each library's best configuration ÷ the best peer's (medians); the dataflow
+    bar is the repeat-by-repeat ratio (median), as in the ranking table."""
+    libs = []
+    for row in rank:
+        for f in row["best"]:
+            if f not in libs:
+                libs.append(f)
+    width = 0.8 / max(1, len(libs))
+    for i, lib in enumerate(libs):
+        xs, ys, labels = [], [], []
+        for j, row in enumerate(rank):
+            b = row["best"].get(lib)
+            ref = row["best"][SYSTEMS[row["best_peer"]][0]]["throughput_dps"]
+            if b is None or not ref:
+                continue
+            st = row.get("ratio") if lib == "dataflow" else None
+            y = st["median"] if st else b["throughput_dps"] / ref
+            xs.append(j - 0.4 + width * (i + 0.5))
+            ys.append(y)
+            labels.append("%.2f" % y)
+        ax.bar(xs, ys, width, label=lib)
+        for x, y, text in zip(xs, ys, labels):
+            ax.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rank)))
+    ax.set_xticklabels(["%s: %s\nbest peer %s" % (r["workload"], workloads_meta[r["workload"]],
+                                                   r["best_peer"]) for r in rank], fontsize=7)
+    ax.set_ylabel("best config of each library ÷ best peer")
+    ax.legend(fontsize=8, ncol=min(6, len(libs)))
+    ax.grid(axis="y", alpha=0.3)

@@ -218,9 +218,9 @@ class Server:
 
 def _complete_from_stages(rec, cmd):
     """A run killed in teardown: derive throughput from the STAGE messages."""
-    rec["count"] = cmd["count"]
+    rec["count"] = rec.get("count", cmd["count"])    # the measured window's, if it ended early
     if rec.get("measure_s"):
-        rec["throughput_dps"] = cmd["count"] / rec["measure_s"]
+        rec["throughput_dps"] = rec["count"] / rec["measure_s"]
         rec["mbps"] = rec.get("bytes", 0) / rec["measure_s"] / 1e6
     rec["teardown_kind"] = "killed"
 

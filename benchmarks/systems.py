@@ -7,18 +7,20 @@ import gc
 import importlib
 import warnings
 
+from .peers import PEER_BATCH_NOTES, PEER_FAMILIES, PEER_SYSTEMS
+
 # name -> (family, kind, counterpart in dataflow for the pair-by-pair ratio, one-line description)
 SYSTEMS = {
     "dataflow-serial": ("dataflow", "serial", None,
                         "dataflow.MapData(ds, f)"),
     "dataflow-threads": ("dataflow", "threads", None,
-                         "dataflow.MultiThreadMapData(ds, num_thread=2, map_func=f, "
+                         "dataflow.MultiThreadMapData(ds, num_thread={w}, map_func=f, "
                          "buffer_size=200, strict=True)"),
     "dataflow-processes": ("dataflow", "processes", None,
-                           "dataflow.MultiProcessMapData(ds, num_proc=2, map_func=f, "
+                           "dataflow.MultiProcessMapData(ds, num_proc={w}, map_func=f, "
                            "buffer_size=200, strict=True)"),
     "dataflow-table": ("dataflow", "table", None,
-                       "dataflow.MapData(ds, ops, num_parallel_workers=2, "
+                       "dataflow.MapData(ds, ops, num_parallel_workers={w}, "
                        "python_multiprocessing=True): where the run-in-thread table puts it"),
     "dataflow-processes-1": ("dataflow", "processes-1", None,
                              "dataflow.MultiProcessMapData(ds, num_proc=1, map_func=f, "
@@ -29,49 +31,79 @@ SYSTEMS = {
     "tensorpack-serial": ("tensorpack", "serial", "dataflow-serial",
                           "tensorpack MapData(RepeatedData(ds, -1), f)"),
     "tensorpack-threads": ("tensorpack", "threads", "dataflow-threads",
-                           "tensorpack MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)"),
+                           "tensorpack MultiThreadMapData(ds, {w}, f, buffer_size=200, strict=True)"),
     "tensorpack-processes": ("tensorpack", "processes", "dataflow-processes",
-                             "tensorpack MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, "
+                             "tensorpack MultiProcessMapDataZMQ(ds, {w}, f, buffer_size=200, "
                              "strict=True)"),
     "torch": ("torch", "processes", "dataflow-processes",
-              "torch DataLoader(MapStyleDataset, num_workers=2, batch_size=None)"),
+              "torch DataLoader(MapStyleDataset, num_workers={w}, batch_size=None)"),
+    "torch-batch32": ("torch", "processes", "dataflow-processes",
+                      "torch DataLoader(MapStyleDataset, num_workers={w}, batch_size=32): "
+                      "collated in its workers; the consumer reads the batches"),
     "torch-serial": ("torch", "serial", "dataflow-serial",
                      "torch DataLoader(MapStyleDataset, num_workers=0, batch_size=None)"),
 }
-FAMILIES = ("dataflow", "tensorpack", "torch")
+SYSTEMS.update(PEER_SYSTEMS)
+FAMILIES = ("dataflow", "tensorpack", "torch") + PEER_FAMILIES
+
+# Systems whose worker count is fixed (they run once per repeat whatever --workers says), besides
+# the serial ones.
+FIXED_WORKERS = {"dataflow-processes-1": 1, "dataflow-processes-auto": "auto"}
 
 # Systems that exist only for some workloads (every other system runs every workload).
 ONLY_FOR = {"dataflow-table": ("img",),
             # autotuning against the fixed counts: the workloads whose work is in the workers
             "dataflow-processes-1": (4, 5), "dataflow-processes-auto": (4, 5)}
+# Systems that skip some workloads: torch's per-sample loader already batches 32 in the loader
+# on the batched workloads, so torch-batch32 would be the same system there.
+NOT_FOR = {"torch-batch32": ("img",)}
 
 # What each system runs in workload "img" (ops = Decode, RandomCrop(224), RandomHorizontalFlip,
 # Normalize, HWC2CHW, all with index=0; g = the same in plain numpy/Pillow, workloads.py).
 IMG_DESCRIPTIONS = {
     "dataflow-serial": "BatchData(MapData(ds, ops), 32)",
-    "dataflow-threads": "BatchData(MapData(ds, ops, num_parallel_workers=2, "
+    "dataflow-threads": "BatchData(MapData(ds, ops, num_parallel_workers={w}, "
                         "python_multiprocessing=False), 32)",
-    "dataflow-processes": "BatchData(MultiProcessMapData(ds, 2, <Python function calling "
+    "dataflow-processes": "BatchData(MultiProcessMapData(ds, {w}, <Python function calling "
                           "Compose(ops)>, strict=True, ordered=True), 32)",
-    "dataflow-table": "BatchData(MapData(ds, ops, num_parallel_workers=2, "
+    "dataflow-table": "BatchData(MapData(ds, ops, num_parallel_workers={w}, "
                       "python_multiprocessing=True), 32)",
     "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), g), 32)",
-    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, 2, g, buffer_size=200, "
+    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, {w}, g, buffer_size=200, "
                           "strict=True), 32)",
-    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, 2, g, buffer_size=200, "
+    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, {w}, g, buffer_size=200, "
                             "strict=True), 32)",
-    "torch": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=2): batched in the loader",
+    "torch": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers={w}): batched in the loader",
     "torch-serial": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=0)",
 }
 
 
 def applies(system, workload):
     """Whether ``system`` runs ``workload`` at all."""
-    return workload in ONLY_FOR.get(system, (workload,))
+    return workload in ONLY_FOR.get(system, (workload,)) and workload not in NOT_FOR.get(system, ())
 
 
-def description(system, workload):
-    return IMG_DESCRIPTIONS[system] if workload == "img" else SYSTEMS[system][3]
+def is_serial(system):
+    return SYSTEMS[system][1] == "serial"
+
+
+def workers_of(system, workers):
+    """The worker count ``system`` runs with when the harness asks for ``workers``: None for a
+    serial system, the fixed count of a FIXED_WORKERS one, else ``workers``."""
+    if is_serial(system):
+        return None
+    return FIXED_WORKERS.get(system, workers)
+
+
+def description(system, workload, workers=2):
+    family = SYSTEMS[system][0]
+    if workload == "img" and system in IMG_DESCRIPTIONS:
+        text = IMG_DESCRIPTIONS[system]
+    elif workload == "img" and family in PEER_BATCH_NOTES:
+        text = SYSTEMS[system][3] + ", " + PEER_BATCH_NOTES[family]
+    else:
+        text = SYSTEMS[system][3]
+    return text.replace("{w}", str(workers))
 
 # The dataflow names each dataflow system needs.
 _DATAFLOW_NEEDS = {
@@ -116,7 +148,14 @@ class Family:
         self.unavailable_for = {}  # workload -> {system: why it cannot run that workload}
         self.notes = []
         self.versions = {}
-        getattr(self, "_load_" + name)()
+        loader = getattr(self, "_load_" + name, None)
+        if loader is not None:
+            loader()
+        else:                   # a peer of peers.py: grain, spdl, torchdata
+            from . import peers
+            self.mods, self.versions, self.notes = peers.load(name)
+            for system in self._systems():
+                self.available[system] = None
         self._check_img()
 
     def _check_img(self):
@@ -200,12 +239,13 @@ def _passes(df):
 class Stream:
     """A started system: ``it`` yields datapoints; ``teardown`` is what the run times."""
 
-    def __init__(self, obj, it, has_close, keep=(), detail=None):
+    def __init__(self, obj, it, has_close, keep=(), detail=None, per_item=None):
         self.obj = obj                # what teardown closes (or drops)
         self.it = it
         self.has_close = has_close
         self.keep = list(keep)        # more references teardown drops
         self.detail = detail          # a note for the table (e.g. the executor the table chose)
+        self.per_item = per_item      # datapoints per yielded item, if not the workload's batch
 
     def teardown(self):
         """close() where the system has one, else drop every reference and gc.collect()."""
@@ -227,17 +267,23 @@ class Stream:
         gc.collect()
 
 
-def open_stream(family, system, workload, source, passes):
+def open_stream(family, system, workload, source, passes, workers=2):
     """Construct the system over ``source`` and reset it; returns a :class:`Stream`.
 
-    ``passes`` is how many passes over ``source`` the run may consume (used by torch, whose
-    map-style dataset gets that length; dataflow and tensorpack just iterate pass after pass).
+    ``passes`` is how many passes over ``source`` the run may consume (used by torch and the
+    peers of peers.py, whose sources get that length; dataflow and tensorpack just iterate pass
+    after pass). ``workers``: the worker count of a parallel system (see ``workers_of``).
     """
     kind = SYSTEMS[system][1]
     if not applies(system, workload.id):
         raise ValueError("%s does not run workload %s" % (system, workload.id))
+    w = workers_of(system, workers)
+    if system in PEER_SYSTEMS:
+        from .peers import Job, open_stream as open_peer
+        return open_peer(family, system, Job(source, workload.func, workload.batch, w, passes),
+                         Stream)
     if workload.batch:
-        return _open_img_stream(family, system, kind, workload, source, passes)
+        return _open_img_stream(family, system, kind, workload, source, passes, w)
     f = workload.func
     if family.name == "dataflow":
         m = family.mods["df"]
@@ -245,10 +291,9 @@ def open_stream(family, system, workload, source, passes):
         if kind == "serial":
             df = m.MapData(ds, f)
         elif kind == "threads":
-            df = m.MultiThreadMapData(ds, num_thread=2, map_func=f, buffer_size=200, strict=True)
+            df = m.MultiThreadMapData(ds, num_thread=w, map_func=f, buffer_size=200, strict=True)
         else:
-            n = {"processes-1": 1, "processes-auto": "auto"}.get(kind, 2)
-            df = m.MultiProcessMapData(ds, num_proc=n, map_func=f, buffer_size=200, strict=True)
+            df = m.MultiProcessMapData(ds, num_proc=w, map_func=f, buffer_size=200, strict=True)
         df.reset_state()
         return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)))
     if family.name == "tensorpack":
@@ -259,18 +304,19 @@ def open_stream(family, system, workload, source, passes):
             df.reset_state()
             return Stream(df, iter(df), has_close=False)
         if kind == "threads":
-            df = tp.MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)
+            df = tp.MultiThreadMapData(ds, w, f, buffer_size=200, strict=True)
         else:
-            df = tp.MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, strict=True)
+            df = tp.MultiProcessMapDataZMQ(ds, w, f, buffer_size=200, strict=True)
         df.reset_state()
         return Stream(df, _passes(df), has_close=False)
     if family.name == "torch":
         torch = family.mods["torch"]
         dataset = family.mods["torch_ds"].MapStyleDataset(source, f, passes * len(source))
-        loader = torch.utils.data.DataLoader(dataset, num_workers=2 if kind == "processes" else 0,
-                                             batch_size=None)
+        bs = 32 if system == "torch-batch32" else None
+        loader = torch.utils.data.DataLoader(dataset, num_workers=w or 0, batch_size=bs)
         it = iter(loader)
-        return Stream(loader, it, has_close=False)
+        return Stream(loader, it, has_close=False, per_item=bs,
+                      detail="batch_size=32, collated in its workers" if bs else None)
     raise ValueError(system)
 
 
@@ -291,7 +337,7 @@ def _python_op(chain):
     return img_chain
 
 
-def _open_img_stream(family, system, kind, workload, source, passes):
+def _open_img_stream(family, system, kind, workload, source, passes, w):
     """The image pipeline (decode, crop, flip, normalize, CHW) then batches of 32; the stream
     yields batches."""
     bs = workload.batch
@@ -303,14 +349,14 @@ def _open_img_stream(family, system, kind, workload, source, passes):
             mapped = m.MapData(ds, ops)
             want = "serial"
         elif kind == "threads":
-            mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=False)
+            mapped = m.MapData(ds, ops, num_parallel_workers=w, python_multiprocessing=False)
             want = "thread"
         elif kind == "processes":
-            mapped = m.MultiProcessMapData(ds, 2, _python_op(m.ops.Compose(ops)), strict=True,
+            mapped = m.MultiProcessMapData(ds, w, _python_op(m.ops.Compose(ops)), strict=True,
                                            ordered=True)
             want = "process"
         else:    # "table": what the run-in-thread table picks when processes are allowed
-            mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=True)
+            mapped = m.MapData(ds, ops, num_parallel_workers=w, python_multiprocessing=True)
             want = None
         executor = getattr(mapped, "executor", None)
         if want is not None and executor != want:
@@ -328,15 +374,15 @@ def _open_img_stream(family, system, kind, workload, source, passes):
             df.reset_state()
             return Stream(df, iter(df), has_close=False)
         if kind == "threads":
-            mapped = tp.MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)
+            mapped = tp.MultiThreadMapData(ds, w, f, buffer_size=200, strict=True)
         else:
-            mapped = tp.MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, strict=True)
+            mapped = tp.MultiProcessMapDataZMQ(ds, w, f, buffer_size=200, strict=True)
         df = tp.BatchData(mapped, bs)
         df.reset_state()
         return Stream(df, _passes(df), has_close=False)
     if family.name == "torch":
         torch = family.mods["torch"]
-        workers = 2 if kind == "processes" else 0
+        workers = w or 0
         dataset = family.mods["torch_ds"].MapStyleDataset(source, workload.func,
                                                           passes * len(source))
         loader = torch.utils.data.DataLoader(dataset, batch_size=bs, num_workers=workers)

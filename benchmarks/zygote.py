@@ -41,6 +41,16 @@ def _blas_info():
         return [{"error": repr(exc)}]
 
 
+MAX_PER_ITEM = 32     # the largest batch a stream may yield (img, torch-batch32)
+CHECK_EVERY = 16      # items between two looks at the clock when a run has a time cap
+
+
+def _check_batch(first, n):
+    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows."""
+    leaves = first if isinstance(first, (list, tuple)) else [first]
+    return bool(leaves) and all(getattr(x, "shape", (None,))[:1] == (n,) for x in leaves)
+
+
 def measure(family, cmd):
     """The body of one run, in the forked child.
 
@@ -54,39 +64,52 @@ def measure(family, cmd):
     system = cmd["system"]
     wl = WORKLOADS[cmd["workload"]]
     count = int(cmd["count"])
-    per_item = wl.batch or 1
-    items = count // per_item
-    count = items * per_item
     source = wl.source()
-    passes = max(1, math.ceil((count + per_item) / len(source)))
+    # enough passes for the count and a first item of up to MAX_PER_ITEM datapoints
+    passes = max(1, math.ceil((count + MAX_PER_ITEM) / len(source)))
     gc.collect()
 
     t0 = time.perf_counter()
-    stream = open_stream(family, system, wl, source, passes)
+    stream = open_stream(family, system, wl, source, passes, cmd.get("workers", 2))
     first = next(stream.it)
     consume(first)
     t1 = time.perf_counter()
-    good = bool(wl.check(first))
+    # datapoints per item: the workload's batch, or the system's own batching (torch-batch32)
+    per_item = stream.per_item or wl.batch or 1
+    items = count // per_item
+    count = items * per_item
+    good = bool(wl.check(first)) if per_item == (wl.batch or 1) else _check_batch(first, per_item)
     del first
     startup = t1 - t0
     send("STAGE", {"stage": "started", "startup_s": startup})
 
     nxt = stream.it.__next__
     received = nbytes = 0          # bytes received in the measured window (after the first)
+    # The window ends after ``items`` items or, for a slow system, at the first check (every
+    # CHECK_EVERY items) past ``max_s`` seconds: the same clock reads for every system.
+    max_s = cmd.get("max_s")
+    check = CHECK_EVERY if max_s else items + 1
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
+    deadline = t2 + (max_s or 0)
+    perf = time.perf_counter
     try:
         for received in range(1, items + 1):   # noqa: B007
             nbytes += consume(nxt())
+            if received % check == 0 and perf() > deadline:
+                break
     except StopIteration:
         raise RuntimeError("the stream ended after %d items; expected %d (%d passes of %d "
                            "datapoints, %d datapoints per item)"
                            % (received, items + 1, passes, len(source), per_item)) from None
     t3 = time.perf_counter()
+    items = received
+    count = items * per_item
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     del nxt
     measure_s = t3 - t2
     send("STAGE", {"stage": "measured", "startup_s": startup, "measure_s": measure_s,
+                   "count": count,
                    "bytes": nbytes})
 
     stream_detail = stream.detail

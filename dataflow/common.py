@@ -411,9 +411,15 @@ class MapData(ProxyDataFlow):
             return
         self._pass = p = getattr(self, "_pass", -1) + 1
         func, local = self.func, _rng._local
+        # The datapoint's random-stream key, as a cursor advanced in place (see
+        # rng.set_datapoint_key): no tuple per datapoint. It is set again before every call,
+        # since another serial MapData in this thread (nested in self.ds) sets its own.
+        cursor = [p, 0]
         for i, dp in enumerate(self.ds):
-            local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
-            ret = func(copy(dp))
+            cursor[1] = i
+            local.key = cursor
+            # copy.copy, with its most common case (a list datapoint) inlined
+            ret = func(dp.copy() if dp.__class__ is list else copy(dp))
             if ret is None:
                 continue
             if ret.__class__ is GeneratorType:

@@ -130,12 +130,14 @@ class DataFromList(RNGDataFlow):
 
     def __iter__(self):
         if not self.shuffle:
-            yield from self.lst
-        else:
-            idxs = np.arange(len(self.lst))
-            _require_rng(self).shuffle(idxs)
-            for k in idxs:
-                yield self.lst[k]
+            return iter(self.lst)     # the list's own iterator: no generator frame per datapoint
+        return self._shuffled()
+
+    def _shuffled(self):
+        idxs = np.arange(len(self.lst))
+        _require_rng(self).shuffle(idxs)
+        for k in idxs:
+            yield self.lst[k]
 
 
 class DataFromGenerator(DataFlow):

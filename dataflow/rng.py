@@ -97,8 +97,11 @@ _local = threading.local()
 
 def set_datapoint_key(key):
     """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
-    this thread. (Hot loops may assign ``_local.key`` directly, with a new tuple each time:
-    the generator of the last key is reused while the key is the very same object.)"""
+    this thread. (Hot loops may assign ``_local.key`` directly, either a new tuple each time --
+    the generator of the last key is reused while the key is the very same object -- or a
+    *cursor*: a list ``[epoch, index]`` that the loop owns and advances in place, which saves
+    building a tuple per datapoint; the generator of a cursor is reused while it is the same
+    list holding the same values.)"""
     _local.key = key
     _local.cached = None
 
@@ -111,14 +114,15 @@ def datapoint_rng():
     for any number of workers and any executor; repeated calls for one datapoint continue one
     stream. Outside a map it is a per-thread generator from :func:`get_rng`.
     """
-    key = getattr(_local, "key", None)
-    cached = getattr(_local, "cached", None)     # (key, generator) of the last call
-    if cached is not None and cached[0] is key:
-        return cached[1]
+    obj = getattr(_local, "key", None)
+    key = (obj[0], obj[1]) if obj.__class__ is list else obj     # a cursor: where it is now
+    cached = getattr(_local, "cached", None)     # (key object, its value, generator): last call
+    if cached is not None and cached[0] is obj and cached[1] == key:
+        return cached[2]
     if key is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
         seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
         g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
-    _local.cached = (key, g)
+    _local.cached = (obj, key, g)
     return g

@@ -452,3 +452,62 @@ def test_ops_pickle_and_run_in_mapdata():
     np.testing.assert_array_equal(out[1][1], [0, 0, 1])
     assert repr(CenterCrop(4, index=0)) == "CenterCrop(size=(4, 4), index=0)"
     assert dataflow.ops.Decode is Decode
+
+
+def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested():
+    # Serial MapData keys datapoint_rng by (pass, index) through a cursor advanced in place;
+    # the draws must be those of the explicit tuple key, one stream per datapoint, and two
+    # nested serial MapData (whose keys coincide in value) must each start a fresh stream.
+    def draw(dp):
+        return dp + [int(drng.datapoint_rng().integers(1 << 30))]
+
+    def expected(p, i, calls):
+        drng.set_datapoint_key((p, i))
+        return [int(drng.datapoint_rng().integers(1 << 30)) for _ in range(calls)]
+
+    set_seed(7)
+    inner = MapData(DataFromList([[k] for k in range(5)], shuffle=False), draw)
+    outer = MapData(inner, draw)
+    outer.reset_state()
+    got = [list(outer), list(outer)]      # two passes
+    for p in range(2):
+        for i in range(5):
+            a = expected(p, i, 1)[0]
+            assert got[p][i] == [i, a, a]  # the outer key (p, i) starts its own fresh stream
+
+    # repeated calls for one datapoint continue its stream
+    def two(dp):
+        g = drng.datapoint_rng()
+        return [int(g.integers(1 << 30)), int(drng.datapoint_rng().integers(1 << 30))]
+
+    df = MapData(DataFromList([[k] for k in range(3)], shuffle=False), two)
+    df.reset_state()
+    assert list(df) == [expected(0, i, 2) for i in range(3)]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("mean,std", [((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)),
+                                      (10.0, 3.0)])
+def test_compose_runs_normalize_then_hwc2chw_as_one_step_bit_for_bit(dtype, mean, std):
+    x = (np.random.RandomState(0).rand(7, 9, 3) * 255).astype(dtype)[:, ::-1]   # a strided view
+    pair = [Normalize(mean, std, index=0), HWC2CHW(index=0)]
+    composed = Compose(pair)
+    assert len(composed._steps) == 1 and len(composed.ops) == 2   # merged, ops unchanged
+    want = pair[1](pair[0]([x, 5]))
+    got = composed([x, 5])
+    assert got[1] == 5 and got[0].dtype == np.float32 and got[0].flags.c_contiguous
+    np.testing.assert_array_equal(got[0], want[0])
+    # the same through MapData's fused op list
+    df = MapData(DataFromList([[x, 5]], shuffle=False), pair)
+    df.reset_state()
+    np.testing.assert_array_equal(list(df)[0][0], want[0])
+
+
+def test_normalize_then_hwc2chw_errors_are_those_of_the_pair():
+    composed = Compose([Normalize((1.0, 2.0, 3.0), (1.0, 1.0, 1.0)), HWC2CHW()])
+    with pytest.raises(ValueError, match="Normalize: mean has 3 values but the image has 4"):
+        composed(np.zeros((4, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match="HWC2CHW: expected an HWC image"):
+        Compose([Normalize(1.0, 2.0), HWC2CHW()])(np.zeros((4, 4), np.uint8))
+    # different indexes: not merged
+    assert len(Compose([Normalize(1.0, 2.0, index=0), HWC2CHW(index=1)])._steps) == 2

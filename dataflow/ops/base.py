@@ -142,6 +142,12 @@ class Op:
         out[self.index] = r
         return out
 
+    def merge_next(self, nxt):
+        """An op that gives exactly what applying this op then ``nxt`` gives, in one faster
+        step, or None (the default: no such op). :class:`Compose` uses it on consecutive
+        pairs."""
+        return None
+
     def _err(self, exc_type, msg):
         return exc_type(f"{type(self).__name__}: {msg}")
 
@@ -200,13 +206,23 @@ class Compose(Op):
     def __init__(self, ops):
         super().__init__(None)
         self.ops = _flatten(ops, "Compose")
+        # What __call__ runs: ``ops`` with each pair that an op can merge with its successor
+        # (Op.merge_next, e.g. Normalize then HWC2CHW) replaced by the merged op.
+        self._steps = []
+        for op in self.ops:
+            last = self._steps[-1] if self._steps else None
+            merged = last.merge_next(op) if isinstance(last, Op) else None
+            if merged is not None:
+                self._steps[-1] = merged
+            else:
+                self._steps.append(op)
 
     @property
     def native(self):
         return all(is_native(op) for op in self.ops)
 
     def __call__(self, dp):
-        for op in self.ops:
+        for op in self._steps:
             dp = op(dp)
             if dp is None:
                 return None
