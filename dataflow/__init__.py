@@ -25,6 +25,11 @@ from .parallel.supervisor import WorkerCrashedError
 from .stats import (enable_stats, format_stats, log_stats, print_stats, reset_stats, stats,
                     stats_enabled)
 
+# --- on-disk formats (issue 16): NumPy, HDF5, SVMlight; optional deps imported on use ---
+from .formats.npz import NumpySerializer
+from .formats.hdf5 import HDF5Data, HDF5Serializer
+from .formats.svmlight import SVMLightData
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
