@@ -7,3 +7,6 @@ it is used, never when this package is imported.
 from .npz import NumpySerializer
 from .hdf5 import HDF5Data, HDF5Serializer
 from .svmlight import SVMLightData
+
+# --- the value codec, LMDB, TFRecord (issue 16, helper 16a) ---
+from . import codec

@@ -1,0 +1,345 @@
+"""The value codec of tensorpack's files and frames: how one datapoint becomes bytes.
+
+API (what the format modules and the remote dataflows use)::
+
+    dumps(obj, format="msgpack") -> bytes
+    loads(buf, *, allow_pickle=True, where=None) -> object
+    sniff(buf) -> "msgpack" | "pickle"
+    PickleRefusedError, DecodeError            # both subclasses of ValueError
+    FORMATS == ("msgpack", "pickle")
+
+* ``format="msgpack"`` writes exactly what msgpack-numpy writes (``msgpack.packb(obj,
+  use_bin_type=True)`` with its ``encode`` hook), which tensorpack 0.11 reads with
+  ``TENSORPACK_SERIALIZE=msgpack``: an array is the map ``{b'nd': True, b'type': dtype.str,
+  b'kind': b'', b'shape': [...], b'data': <raw C-order bytes>}`` (structured dtypes: ``type`` is
+  ``dtype.descr`` and ``kind`` ``b'V'``; object arrays: ``kind`` ``b'O'`` and ``data`` a pickle),
+  a numpy scalar ``{b'nd': False, b'type': ..., b'data': ...}``, a ``complex`` ``{b'complex':
+  True, b'data': repr(c)}``. Tuples come back as lists; ``np.float64`` and ``np.str_`` are
+  written as plain ``float``/``str`` (msgpack sees their base class).
+* ``format="pickle"`` writes ``pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)``, what
+  tensorpack 0.11 writes and reads by default.
+
+:func:`loads` tells the two apart from the bytes (nothing records the format): a pickle of
+protocol 2 to 5 starts with ``0x80, <protocol>``; a msgpack value starting with ``0x80`` (an
+empty map) is that one byte long. With ``allow_pickle=False`` a pickle (also the pickle inside
+a msgpack object array) raises :class:`PickleRefusedError` naming ``where`` (a file and record,
+an endpoint) and the option: unpickling runs whatever code the bytes name.
+
+Arrays decoded from msgpack are read-only, as tensorpack's msgpack path gives them. When ``buf``
+is at least :data:`ZERO_COPY_MIN` bytes long they are views into ``buf`` (no copy of the array
+bytes; the array keeps ``buf`` alive), except where the array bytes are not aligned for the
+dtype: those are copied, so every decoded array is aligned. Smaller values are decoded by
+msgpack's C unpacker, which copies (cheaper than a Python walk for small values).
+
+Errors: a value that cannot be decoded raises :class:`DecodeError` naming ``where`` and the
+cause; an object that cannot be encoded raises ``TypeError`` naming its type.
+"""
+import pickle
+import struct
+
+import msgpack
+import numpy as np
+
+__all__ = ["FORMATS", "ZERO_COPY_MIN", "dumps", "loads", "sniff", "DecodeError",
+           "PickleRefusedError"]
+
+FORMATS = ("msgpack", "pickle")
+
+ZERO_COPY_MIN = 16 * 1024
+"""Values of at least this many bytes are decoded by a walk that leaves array bytes in place."""
+
+
+class DecodeError(ValueError):
+    """A value that is neither valid msgpack(-numpy) nor a pickle, or does not decode."""
+
+
+class PickleRefusedError(ValueError):
+    """A pickle value met with ``allow_pickle=False``."""
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+def _encode_default(obj):
+    """msgpack's ``default`` hook: the msgpack-numpy layout for arrays, numpy scalars, complex."""
+    if isinstance(obj, np.ndarray):
+        kind = obj.dtype.kind
+        if kind == "V":
+            return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"V",
+                    b"shape": obj.shape, b"data": _raw(obj)}
+        if kind == "O":
+            return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"O",
+                    b"shape": obj.shape, b"data": obj.dumps()}
+        return {b"nd": True, b"type": obj.dtype.str, b"kind": b"", b"shape": obj.shape,
+                b"data": _raw(obj)}
+    if isinstance(obj, (np.bool_, np.number)):
+        return {b"nd": False, b"type": obj.dtype.str, b"data": obj.tobytes()}
+    if isinstance(obj, complex):
+        return {b"complex": True, b"data": repr(obj)}
+    raise TypeError(f"cannot encode an object of type {type(obj).__module__}."
+                    f"{type(obj).__qualname__} as msgpack")
+
+
+def _raw(arr):
+    return arr.data if arr.flags.c_contiguous else arr.tobytes()
+
+
+def _msgpack_dumps(obj):
+    return msgpack.packb(obj, use_bin_type=True, default=_encode_default)
+
+
+def dumps(obj, format="msgpack"):
+    """Encode ``obj`` as ``format`` ("msgpack" or "pickle"); see the module doc. Raises
+    ``TypeError`` for an object the format cannot hold."""
+    if format == "msgpack":
+        return _msgpack_dumps(obj)
+    if format == "pickle":
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    raise ValueError(f"unknown format {format!r}: expected one of {FORMATS}")
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+def sniff(buf):
+    """ "pickle" if ``buf`` starts like a pickle of protocol 2..5, else "msgpack"."""
+    return "pickle" if len(buf) >= 2 and buf[0] == 0x80 and 2 <= buf[1] <= 5 else "msgpack"
+
+
+def _where(where):
+    return f"{where}: " if where else ""
+
+
+def _refuse(where, what="the value is a pickle"):
+    raise PickleRefusedError(
+        f"{_where(where)}{what}, and loading a pickle runs whatever code its bytes name; "
+        "refused because allow_pickle=False. Pass allow_pickle=True only for data from a "
+        "source you trust.")
+
+
+def loads(buf, *, allow_pickle=True, where=None):
+    """Decode one value written by :func:`dumps` (or by tensorpack 0.11 with either encoding).
+
+    Args:
+        buf: a bytes-like object (bytes, memoryview, mmap slice, zmq frame buffer).
+        allow_pickle (bool): accept pickle values (and object arrays inside msgpack).
+        where (str): names the value in errors, e.g. "file /x.lmdb, record b'00000003'".
+    """
+    if sniff(buf) == "pickle":
+        if not allow_pickle:
+            _refuse(where)
+        try:
+            return pickle.loads(buf)
+        except Exception as e:
+            raise DecodeError(f"{_where(where)}the value looks like a pickle but does not "
+                              f"unpickle: {type(e).__name__}: {e}") from e
+    try:
+        if len(buf) >= ZERO_COPY_MIN:
+            return _Walker(buf, allow_pickle, where).value()
+        return msgpack.unpackb(buf, raw=False, strict_map_key=False,
+                               object_hook=_Hook(allow_pickle, where))
+    except PickleRefusedError:
+        raise
+    except DecodeError:
+        raise
+    except Exception as e:
+        raise DecodeError(f"{_where(where)}the value is neither a pickle nor valid "
+                          f"msgpack(-numpy): {type(e).__name__}: {e}") from e
+
+
+def _descr(t):
+    """msgpack-numpy's structured ``type`` (descr as nested lists) back to a numpy dtype."""
+    def field(f):
+        f = list(f)
+        if isinstance(f[1], list):
+            f[1] = [field(x) for x in f[1]]
+        if len(f) > 2:
+            f[2] = tuple(f[2])
+        return tuple(f)
+    return np.dtype([field(x) for x in t])
+
+
+def _get(d, key):
+    v = d.get(key.encode(), _MISSING)
+    return d[key] if v is _MISSING else v
+
+
+_MISSING = object()
+
+
+def _array(d, data, allow_pickle, where, copy_unaligned):
+    """The ndarray or numpy scalar described by map ``d`` whose ``data`` is ``data``."""
+    if not _get(d, "nd"):
+        dtype = np.dtype(_get(d, "type"))
+        return np.frombuffer(data, dtype=dtype, count=1)[0]
+    kind = _get(d, "kind")
+    shape = tuple(_get(d, "shape"))
+    if kind == b"O" or kind == "O":
+        if not allow_pickle:
+            _refuse(where, "the value holds an object array, which msgpack-numpy stores as "
+                           "a pickle")
+        return pickle.loads(bytes(data))
+    dtype = _descr(_get(d, "type")) if kind in (b"V", "V") else np.dtype(_get(d, "type"))
+    count = 1
+    for s in shape:
+        count *= s
+    if count * dtype.itemsize != len(data):
+        raise DecodeError(f"{_where(where)}array of shape {shape} and dtype {dtype} needs "
+                          f"{count * dtype.itemsize} bytes, the record holds {len(data)}")
+    arr = np.frombuffer(data, dtype=dtype, count=count)
+    if copy_unaligned and not arr.flags.aligned:
+        arr = arr.copy()
+        arr.flags.writeable = False
+    return arr.reshape(shape)
+
+
+class _Hook:
+    """``object_hook`` for msgpack's C unpacker (small values: the array bytes are copies)."""
+
+    def __init__(self, allow_pickle, where):
+        self.allow_pickle = allow_pickle
+        self.where = where
+
+    def __call__(self, d):
+        if b"nd" in d or "nd" in d:
+            return _array(d, _get(d, "data"), self.allow_pickle, self.where, False)
+        if b"complex" in d or "complex" in d:
+            return complex(_get(d, "data"))
+        return d
+
+
+class _Span:
+    """A bin value inside a map, kept as a slice of the buffer until the map is known."""
+    __slots__ = ("view",)
+
+    def __init__(self, view):
+        self.view = view
+
+
+_U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
+_I8, _I16, _I32, _I64 = (struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"),
+                         struct.Struct(">q"))
+_F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+
+
+class _Walker:
+    """A msgpack reader in Python for large values: the ``data`` of an array map becomes an
+    ndarray over ``buf`` itself (read-only, no copy), everything else is decoded as msgpack's
+    C unpacker would (``raw=False``)."""
+
+    def __init__(self, buf, allow_pickle, where):
+        self.mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) or \
+            buf.format != "B" or buf.ndim != 1 else buf
+        self.pos = 0
+        self.allow_pickle = allow_pickle
+        self.where = where
+
+    def value(self):
+        v = self._any(False)
+        if self.pos != len(self.mv):
+            raise DecodeError(f"{_where(self.where)}{len(self.mv) - self.pos} bytes of extra "
+                              "data after the msgpack value")
+        return v
+
+    def _take(self, n):
+        p = self.pos
+        end = p + n
+        if end > len(self.mv):
+            raise DecodeError(f"{_where(self.where)}the msgpack value is truncated (needs "
+                              f"{end} bytes, has {len(self.mv)})")
+        self.pos = end
+        return self.mv[p:end]
+
+    def _unpack(self, st):
+        return st.unpack(self._take(st.size))[0]
+
+    def _any(self, in_map):
+        b = self._take(1)[0]
+        if b <= 0x7f:
+            return b
+        if b >= 0xe0:
+            return b - 0x100
+        if 0x90 <= b <= 0x9f:
+            return self._list(b & 0x0f)
+        if 0x80 <= b <= 0x8f:
+            return self._map(b & 0x0f)
+        if 0xa0 <= b <= 0xbf:
+            return self._str(b & 0x1f)
+        if b == 0xc0:
+            return None
+        if b == 0xc2:
+            return False
+        if b == 0xc3:
+            return True
+        if b in (0xc4, 0xc5, 0xc6):
+            n = self._take(1)[0] if b == 0xc4 else self._unpack(_U16 if b == 0xc5 else _U32)
+            view = self._take(n)
+            return _Span(view) if in_map else bytes(view)
+        if b == 0xca:
+            return self._unpack(_F32)
+        if b == 0xcb:
+            return self._unpack(_F64)
+        if b == 0xcc:
+            return self._take(1)[0]
+        if b == 0xcd:
+            return self._unpack(_U16)
+        if b == 0xce:
+            return self._unpack(_U32)
+        if b == 0xcf:
+            return self._unpack(_U64)
+        if b == 0xd0:
+            return self._unpack(_I8)
+        if b == 0xd1:
+            return self._unpack(_I16)
+        if b == 0xd2:
+            return self._unpack(_I32)
+        if b == 0xd3:
+            return self._unpack(_I64)
+        if b in (0xd9, 0xda, 0xdb):
+            n = self._take(1)[0] if b == 0xd9 else self._unpack(_U16 if b == 0xda else _U32)
+            return self._str(n)
+        if b in (0xdc, 0xdd):
+            return self._list(self._unpack(_U16 if b == 0xdc else _U32))
+        if b in (0xde, 0xdf):
+            return self._map(self._unpack(_U16 if b == 0xde else _U32))
+        if 0xd4 <= b <= 0xd8 or b in (0xc7, 0xc8, 0xc9):
+            return self._ext(b)
+        raise DecodeError(f"{_where(self.where)}byte 0x{b:02x} at offset {self.pos - 1} "
+                          "starts no msgpack value")
+
+    def _ext(self, b):
+        if b >= 0xd4:
+            n = 1 << (b - 0xd4)
+        else:
+            n = self._take(1)[0] if b == 0xc7 else self._unpack(_U16 if b == 0xc8 else _U32)
+        code = self._unpack(_I8)
+        data = bytes(self._take(n))
+        if code == -1:
+            return msgpack.Timestamp.from_bytes(data)
+        return msgpack.ExtType(code, data)
+
+    def _str(self, n):
+        return str(self._take(n), "utf-8")
+
+    def _list(self, n):
+        return [self._any(False) for _ in range(n)]
+
+    def _map(self, n):
+        d = {}
+        spans = False
+        for _ in range(n):
+            k = self._any(False)
+            if isinstance(k, list):
+                k = tuple(k)
+            v = self._any(True)
+            spans = spans or type(v) is _Span
+            d[k] = v
+        if b"nd" in d or "nd" in d:
+            data = _get(d, "data")
+            return _array(d, data.view if type(data) is _Span else data, self.allow_pickle,
+                          self.where, True)
+        if spans:
+            for k, v in d.items():
+                if type(v) is _Span:
+                    d[k] = bytes(v.view)
+        if b"complex" in d or "complex" in d:
+            return complex(_get(d, "data"))
+        return d
