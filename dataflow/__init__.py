@@ -30,6 +30,9 @@ from .formats.npz import NumpySerializer
 from .formats.hdf5 import HDF5Data, HDF5Serializer
 from .formats.svmlight import SVMLightData
 
+# --- dataset readers (issue 16): `from dataflow import dataset; dataset.Cifar10('train')` ---
+from . import dataset
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
