@@ -30,6 +30,10 @@ from .formats.npz import NumpySerializer
 from .formats.hdf5 import HDF5Data, HDF5Serializer
 from .formats.svmlight import SVMLightData
 
+# --- on-disk formats (issue 16): LMDB, TFRecord; lmdb and crc32c imported on use ---
+from .formats.lmdb import CaffeLMDB, LMDBData, LMDBDataDecoder, LMDBSerializer
+from .formats.tfrecord import TFRecordSerializer
+
 # --- dataset readers (issue 16): `from dataflow import dataset; dataset.Cifar10('train')` ---
 from . import dataset
 
@@ -37,5 +41,6 @@ from . import dataset
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
+MultiThreadPrefetchData = MultiThreadRunner
 
 __version__ = "0.1.0"

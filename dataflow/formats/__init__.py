@@ -10,3 +10,5 @@ from .svmlight import SVMLightData
 
 # --- the value codec, LMDB, TFRecord (issue 16, helper 16a) ---
 from . import codec
+from .lmdb import CaffeLMDB, LMDBData, LMDBDataDecoder, LMDBSerializer
+from .tfrecord import TFRecordSerializer

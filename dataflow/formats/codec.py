@@ -135,7 +135,8 @@ def loads(buf, *, allow_pickle=True, where=None):
         if len(buf) >= ZERO_COPY_MIN:
             return _Walker(buf, allow_pickle, where).value()
         return msgpack.unpackb(buf, raw=False, strict_map_key=False,
-                               object_hook=_Hook(allow_pickle, where))
+                               object_hook=_HOOKS[bool(allow_pickle)] if where is None
+                               else _Hook(allow_pickle, where))
     except PickleRefusedError:
         raise
     except DecodeError:
@@ -163,6 +164,40 @@ def _get(d, key):
 
 
 _MISSING = object()
+
+
+class _DtypeCache(dict):
+    """``dtype.str`` -> dtype, filled on first use (``np.dtype(str)`` costs more than a lookup)."""
+
+    def __missing__(self, key):
+        if not isinstance(key, str) or len(self) > 1024:
+            return None
+        dtype = self[key] = np.dtype(key)
+        return dtype
+
+
+_DTYPES = _DtypeCache()
+
+
+class _DtypeCacheB(dict):
+    """The same keyed by the ASCII bytes of ``dtype.str`` (None for what is not a dtype)."""
+
+    def __missing__(self, key):
+        if len(self) > 1024:
+            return None
+        try:
+            dtype = np.dtype(key.decode("ascii"))
+        except (TypeError, ValueError, UnicodeDecodeError):
+            dtype = None
+        self[key] = dtype
+        return dtype
+
+
+_DTYPES_B = _DtypeCacheB()
+_ND_HEAD = b"\x85\xc4\x02nd\xc3\xc4\x04type"
+_KIND_SHAPE = b"\xc4\x04kind\xc4\x00\xc4\x05shape"
+_UINT_WIDTH = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
+_BIN_WIDTH = {0xc4: 1, 0xc5: 2, 0xc6: 4}
 
 
 def _array(d, data, allow_pickle, where, copy_unaligned):
@@ -198,12 +233,24 @@ class _Hook:
         self.allow_pickle = allow_pickle
         self.where = where
 
-    def __call__(self, d):
+    def __call__(self, d, _dtypes=_DTYPES, frombuffer=np.frombuffer):
+        # the common case first: an array of a plain dtype, as msgpack-numpy writes it
+        if d.get(b"nd") is True and d.get(b"kind") == b"" and len(d) == 5:
+            dtype = _dtypes[d[b"type"]]
+            if dtype is not None:
+                shape = d[b"shape"]
+                arr = frombuffer(d[b"data"], dtype)
+                if len(shape) == 1 and arr.shape[0] == shape[0]:
+                    return arr
+                return arr.reshape(shape)
         if b"nd" in d or "nd" in d:
             return _array(d, _get(d, "data"), self.allow_pickle, self.where, False)
         if b"complex" in d or "complex" in d:
             return complex(_get(d, "data"))
         return d
+
+
+_HOOKS = {True: _Hook(True, None), False: _Hook(False, None)}
 
 
 class _Span:
@@ -252,6 +299,11 @@ class _Walker:
         return st.unpack(self._take(st.size))[0]
 
     def _any(self, in_map):
+        p = self.pos
+        if self.mv[p:p + 12] == _ND_HEAD:
+            arr = self._plain_array(p + 12)
+            if arr is not None:
+                return arr
         b = self._take(1)[0]
         if b <= 0x7f:
             return b
@@ -304,6 +356,66 @@ class _Walker:
             return self._ext(b)
         raise DecodeError(f"{_where(self.where)}byte 0x{b:02x} at offset {self.pos - 1} "
                           "starts no msgpack value")
+
+    def _plain_array(self, p):
+        """The common case in one step: an array map of a plain dtype and a data bin, as
+        msgpack-numpy writes it, whose ``type`` starts at ``p``. None when it is not that."""
+        mv = self.mv
+        head = bytes(mv[p:p + 128])
+        try:
+            t = head[0]
+            if not 0xa0 <= t <= 0xbf:
+                return None
+            q = 1 + (t & 0x1f)
+            dtype = _DTYPES_B[head[1:q]]
+            if dtype is None or head[q:q + 15] != _KIND_SHAPE:
+                return None
+            q += 15
+            ndim = head[q] - 0x90
+            if not 0 <= ndim <= 15:
+                return None
+            q += 1
+            shape = []
+            count = 1
+            for _ in range(ndim):
+                c = head[q]
+                if c < 0x80:
+                    q += 1
+                else:
+                    w = _UINT_WIDTH.get(c)
+                    if w is None:
+                        return None
+                    c = int.from_bytes(head[q + 1:q + 1 + w], "big")
+                    q += 1 + w
+                shape.append(c)
+                count *= c
+            if head[q:q + 6] != b"\xc4\x04data":
+                return None
+            c = head[q + 6]
+            w = _BIN_WIDTH.get(c)
+            if w is None:
+                return None
+            n = int.from_bytes(head[q + 7:q + 7 + w], "big")
+            q += 7 + w
+            if q > len(head):
+                return None
+        except IndexError:
+            return None
+        start = p + q
+        end = start + n
+        if end > len(mv):
+            raise DecodeError(f"{_where(self.where)}the msgpack value is truncated (needs "
+                              f"{end} bytes, has {len(mv)})")
+        if count * dtype.itemsize != n:
+            raise DecodeError(f"{_where(self.where)}array of shape {tuple(shape)} and dtype "
+                              f"{dtype} needs {count * dtype.itemsize} bytes, the record "
+                              f"holds {n}")
+        arr = np.frombuffer(mv, dtype, count, start)
+        if not arr.flags.aligned:
+            arr = arr.copy()
+            arr.flags.writeable = False
+        self.pos = end
+        return arr if ndim == 1 else arr.reshape(shape)
 
     def _ext(self, b):
         if b >= 0xd4:
