@@ -83,8 +83,49 @@ def _raw(arr):
     return arr.data if arr.flags.c_contiguous else arr.tobytes()
 
 
+_SPLICE_MIN = 16 * 1024
+
+
 def _msgpack_dumps(obj):
+    if type(obj) in (list, tuple) and any(
+            type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN for c in obj):
+        return _spliced(obj)
     return msgpack.packb(obj, use_bin_type=True, default=_encode_default)
+
+
+def _spliced(seq):
+    """The same bytes as ``packb(seq)`` for a list with large arrays at its top level, with each
+    array's bytes copied once into the result (msgpack's packer copies them again and again
+    while it grows its buffer)."""
+    pack = msgpack.Packer(use_bin_type=True, default=_encode_default).pack
+    chunks = [_array_header(len(seq))]
+    for c in seq:
+        if type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN and c.dtype.kind not in "VO":
+            # the map with an empty data bin (c4 00 last), then the real bin header and data
+            head = pack({b"nd": True, b"type": c.dtype.str, b"kind": b"", b"shape": c.shape,
+                         b"data": b""})
+            chunks.append(head[:-2])
+            chunks.append(_bin_header(c.nbytes))
+            chunks.append(_raw(c))
+        else:
+            chunks.append(pack(c))
+    return b"".join(chunks)
+
+
+def _array_header(n):
+    if n < 16:
+        return bytes([0x90 | n])
+    return b"\xdc" + struct.pack(">H", n) if n < 1 << 16 else b"\xdd" + struct.pack(">I", n)
+
+
+def _bin_header(n):
+    if n < 1 << 8:
+        return b"\xc4" + bytes([n])
+    if n < 1 << 16:
+        return b"\xc5" + struct.pack(">H", n)
+    if n < 1 << 32:
+        return b"\xc6" + struct.pack(">I", n)
+    raise ValueError(f"an array of {n} bytes is too large for msgpack (at most 2**32 - 1)")
 
 
 def dumps(obj, format="msgpack"):
