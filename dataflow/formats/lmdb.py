@@ -39,7 +39,7 @@ import numpy as np
 from ..base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
 from ..common import MapData
 from ..raw import _guard_of, _require_rng
-from . import codec
+from . import _lmdbscan, codec
 from ._files import require
 
 __all__ = ["LMDBSerializer", "LMDBData", "LMDBDataDecoder", "CaffeLMDB"]
@@ -88,6 +88,7 @@ class _Env:
         self.users = 0
         self._filemap = None       # np.uint8 view of our mmap of the data file
         self._base = None          # address of LMDB's map (int), or False when unknown
+        self._scan = None          # _lmdbscan.Scan, or False when the file needs the cursor
         try:
             self.env = lmdb.open(real, subdir=subdir, readonly=True, lock=False,
                                  readahead=True, map_size=_MAP_SIZE, max_readers=100)
@@ -139,9 +140,33 @@ class _Env:
 
     def _close(self):
         self.env.close()
-        self._filemap = None       # the mmap itself lives on while arrays use it
+        self._filemap = self._scan = None    # the mmap itself lives on while arrays use it
 
     # -- values as views of the file ---------------------------------------------------------
+    def _map(self):
+        """A read-only mmap of the data file (np.uint8 view), made on first use."""
+        if self._filemap is None:
+            with open(self.data_file, "rb") as f:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._filemap = np.frombuffer(mm, np.uint8)
+        return self._filemap
+
+    def scan(self):
+        """A :class:`_lmdbscan.Scan` of the file (records in key order as slices of the mmap)
+        when most of the file is large values (on overflow pages), where it is the faster way
+        and keeps their arrays alive; None for files of small records (py-lmdb's cursor walks
+        those faster) or files it does not read."""
+        if self._scan is None:
+            self._scan = False
+            stat = self.env.stat()
+            if stat["overflow_pages"] > stat["leaf_pages"]:
+                try:
+                    self._scan = _lmdbscan.open_scan(memoryview(self._map().base), stat,
+                                                     self.env.info()) or False
+                except (OSError, ValueError):
+                    pass
+        return self._scan or None
+
     def view(self, value):
         """``value`` (a memoryview into LMDB's map, from a ``buffers=True`` transaction) as a
         memoryview of this module's mmap of the file, or ``None`` when that is not possible."""
@@ -154,14 +179,12 @@ class _Env:
         fm = self._filemap
         if off < 0 or end > len(fm):
             return None
-        return memoryview(fm[off:end])
+        return memoryview(fm.base)[off:end]
 
     def _find_base(self, value):
         """Where LMDB mapped the file: the page holding ``value`` starts with its page number."""
         try:
-            with open(self.data_file, "rb") as f:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            fm = np.frombuffer(mm, np.uint8)
+            fm = self._map()
             addr = np.frombuffer(value, np.uint8).ctypes.data
             page = addr - addr % self.psize
             pgno = int.from_bytes(ctypes.string_at(page, 8), "little")
@@ -170,7 +193,6 @@ class _Env:
             if off < 0 or off + len(value) > len(fm) or \
                     fm[off:off + len(value)].tobytes() != bytes(value):
                 return False
-            self._filemap = fm
             return base
         except (OSError, ValueError):
             return False
@@ -297,19 +319,48 @@ class LMDBData(RNGDataFlow):
 
     def _decoded(self, allow_pickle):
         """The decoded values of one pass (what ``LMDBSerializer.load`` yields)."""
-        loads, zero_copy_min = codec.loads, codec.ZERO_COPY_MIN
         with _guard_of(self):
             env = self._env_here()
+            scan = None if self.shuffle else env.scan()
+            if scan is not None:        # sequential: the pages, read from our own map
+                try:
+                    yield from self._decode(scan, allow_pickle, None)
+                except _lmdbscan.ScanError as e:
+                    raise LMDBFormatError(f"LMDB {self.lmdb_path}: {e}") from None
+                return
             with env.env.begin(buffers=True) as txn:
-                for k, v in self._pairs(txn):
-                    if v is None:
-                        raise LMDBFormatError(f"{self._where(k)}: no such record")
-                    if len(v) >= zero_copy_min:
-                        v = env.view(v) or bytes(v)
-                    try:
-                        yield loads(v, allow_pickle=allow_pickle)
-                    except (codec.DecodeError, codec.PickleRefusedError) as e:
-                        raise type(e)(f"{self._where(k)}: {e}") from None
+                yield from self._decode(self._pairs(txn), allow_pickle, env)
+
+    def _decode(self, pairs, allow_pickle, env):
+        """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
+        LMDB's map and large ones are first turned into views of our map of the file."""
+        loads, zero_copy_min = codec.loads, codec.ZERO_COPY_MIN
+        small = codec.small_msgpack_loads(allow_pickle)
+        for k, v in pairs:
+            if v is None:
+                raise LMDBFormatError(f"{self._where(k)}: no such record")
+            if env is None and k == _KEYS:       # a scan sees every record
+                continue
+            n = len(v)
+            if n >= zero_copy_min:
+                if env is not None:
+                    v = env.view(v) or bytes(v)
+            elif n and v[0] != 0x80:        # the common case, inlined: small and not a pickle
+                try:
+                    dp = small(v)
+                except codec.PickleRefusedError as e:
+                    raise codec.PickleRefusedError(f"{self._where(k)}: {e}") from None
+                except Exception as e:
+                    raise codec.DecodeError(
+                        f"{self._where(k)}: the value is neither a pickle nor valid "
+                        f"msgpack(-numpy): {type(e).__name__}: {e}") from None
+                yield dp
+                continue
+            try:
+                dp = loads(v, allow_pickle=allow_pickle)
+            except (codec.DecodeError, codec.PickleRefusedError) as e:
+                raise type(e)(f"{self._where(k)}: {e}") from None
+            yield dp
 
 
 class _DecodedLMDBData(DataFlow):
