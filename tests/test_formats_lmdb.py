@@ -553,3 +553,44 @@ def test_save_without_writemap(tmp_path, monkeypatch):
     LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
     assert sorted(os.listdir(tmp_path)) == ["n.lmdb", "n.lmdb-lock"]
     assert_same(load_all(path), dps)
+
+
+# -- the page scan of sequential reads (dataflow/formats/_lmdbscan.py) ------------------------------
+def _many_big(tmp_path, n=400):
+    rng = np.random.RandomState(5)
+    dps = [[rng.randint(0, 256, 17_000 + i).astype("uint8"), i] for i in range(n)]
+    path = str(tmp_path / "s.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
+    return path, dps
+
+
+def test_scan_sees_what_the_cursor_sees(tmp_path):
+    from dataflow.formats.lmdb import _Env
+    path, dps = _many_big(tmp_path)
+    env = _Env.acquire(path)
+    try:
+        assert env.env.stat()["depth"] >= 2          # branch pages, not just a root leaf
+        scan = env.scan()
+        assert scan is not None
+        with env.env.begin() as txn:
+            want = [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+        assert [(bytes(k), bytes(v)) for k, v in scan] == want
+    finally:
+        env.release()
+    assert_same(load_all(path), dps)
+
+
+def test_scan_of_a_corrupt_page_names_the_file(tmp_path):
+    from dataflow.formats import _lmdbscan
+    path, _ = _many_big(tmp_path)
+    with open(path, "r+b") as f:
+        blob = f.read(8192)
+        meta = max((_lmdbscan._read_meta(memoryview(blob), off) for off in (0, 4096)),
+                   key=lambda m: m["txnid"])
+        f.seek(meta["root"] * 4096)
+        f.write(b"\xff" * 8)                     # the root page no longer says who it is
+    df = LMDBSerializer.load(path, shuffle=False)
+    df.reset_state()
+    with pytest.raises(LMDBFormatError, match=rf"s.lmdb: page {meta['root']} is not"):
+        list(df)
+    df.close()

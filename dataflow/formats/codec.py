@@ -264,7 +264,7 @@ def _array(d, data, allow_pickle, where, copy_unaligned):
     arr = np.frombuffer(data, dtype=dtype, count=count)
     if copy_unaligned and not arr.flags.aligned:
         arr = arr.copy()
-        arr.flags.writeable = False
+    arr.flags.writeable = False
     return arr.reshape(shape)
 
 
@@ -462,7 +462,7 @@ class _Walker:
         arr = np.frombuffer(mv, dtype, count, start)
         if not arr.flags.aligned:
             arr = arr.copy()
-            arr.flags.writeable = False
+        arr.flags.writeable = False         # also over a writable buffer: never write into it
         self.pos = end
         return arr if ndim == 1 else arr.reshape(shape)
 
@@ -493,14 +493,19 @@ class _Walker:
             v = self._any(True)
             spans = spans or type(v) is _Span
             d[k] = v
-        if b"nd" in d or "nd" in d:
-            data = _get(d, "data")
-            return _array(d, data.view if type(data) is _Span else data, self.allow_pickle,
-                          self.where, True)
+        data = None
         if spans:
             for k, v in d.items():
                 if type(v) is _Span:
-                    d[k] = bytes(v.view)
+                    if k == b"data" or k == "data":
+                        data = v.view
+                    d[k] = bytes(v.view) if len(v.view) < ZERO_COPY_MIN else v.view
+        if b"nd" in d or "nd" in d:
+            return _array(d, data if data is not None else _get(d, "data"), self.allow_pickle,
+                          self.where, True)
+        for k, v in d.items():                  # a map that is not an array: bytes, not views
+            if type(v) is memoryview:
+                d[k] = bytes(v)
         if b"complex" in d or "complex" in d:
             return complex(_get(d, "data"))
         return d
