@@ -594,3 +594,14 @@ def test_scan_of_a_corrupt_page_names_the_file(tmp_path):
     with pytest.raises(LMDBFormatError, match=rf"s.lmdb: page {meta['root']} is not"):
         list(df)
     df.close()
+
+
+def test_missing_lmdb_names_the_extra(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "lmdb", None)          # "import lmdb" now fails
+    for make in (lambda: LMDBData(str(tmp_path / "x.lmdb")),
+                 lambda: LMDBSerializer.load(str(tmp_path / "x.lmdb")),
+                 lambda: LMDBSerializer.save(DataFromList([[1]]), str(tmp_path / "x.lmdb")),
+                 lambda: CaffeLMDB(str(tmp_path / "x.lmdb"))):
+        with pytest.raises(ImportError, match=r"needs lmdb: pip install 'dataflow-rt\[formats\]'"):
+            make()

@@ -209,3 +209,24 @@ def test_allow_pickle_false(tmp_path):
     df.reset_state()
     with pytest.raises(codec.PickleRefusedError, match=r"p.tfrecord, record 0.*allow_pickle"):
         list(iter(df))
+
+
+def test_missing_crc32c_names_the_extra(tmp_path, monkeypatch):
+    import sys
+    path = str(tmp_path / "x.tfrecord")
+    TFRecordSerializer.save(DataFromList([[1]], shuffle=False), path)
+    monkeypatch.setitem(sys.modules, "crc32c", None)
+    with pytest.raises(ImportError, match=r"needs crc32c: pip install 'dataflow-rt\[formats\]'"):
+        TFRecordSerializer.load(path)
+    with pytest.raises(ImportError, match=r"needs crc32c: pip install 'dataflow-rt\[formats\]'"):
+        TFRecordSerializer.save(DataFromList([[1]]), path)
+
+
+def test_import_dataflow_imports_no_optional_dependency():
+    import subprocess
+    import sys
+    code = ("import sys, dataflow, dataflow.formats; "
+            "print(sorted(m for m in ('lmdb', 'crc32c', 'h5py', 'sklearn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]"

@@ -223,6 +223,7 @@ class LMDBData(RNGDataFlow):
             allow_pickle (bool): decode a pickled ``__keys__`` record (tensorpack's default
                 encoding); with False, the keys are read from the LMDB instead.
         """
+        _lmdb("LMDBData")
         self.lmdb_path = os.fspath(lmdb_path)
         self.shuffle = shuffle
         self._env = None
@@ -400,6 +401,7 @@ def CaffeLMDB(lmdb_path, shuffle=True, keys=None):
     The ``caffe.Datum`` protobuf is parsed here (no Caffe, protoc or download). A record that is
     not a Datum, or holds an encoded (JPEG/PNG) image, raises an error naming the file and key.
     """
+    _lmdb("CaffeLMDB")
     return LMDBDataDecoder(LMDBData(lmdb_path, shuffle=shuffle, keys=keys),
                            _CaffeDecoder(os.fspath(lmdb_path)))
 
