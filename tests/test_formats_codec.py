@@ -23,6 +23,7 @@ VALUES = [
     {1: "int key"},
     [],
     [np.zeros(20_000, "<U3")],
+    [np.arange(3000).astype("M8[ns]"), np.zeros((2, 200, 300), "u1")],   # the long way; 3-D
 ]
 
 
@@ -123,7 +124,7 @@ def test_allow_pickle_false_refuses_pickles_and_object_arrays():
     (codec.dumps([np.zeros(5000)])[:-3], "truncated"),
     (codec.dumps([np.zeros(5000)]) + b"\x00", "extra data"),
     (codec.dumps([b"x" * 20_000, 1])[:-1], "truncated"),
-])
+], ids=["short-list", "reserved-byte", "bad-pickle", "cut-array", "extra-byte", "cut-list"])
 def test_bad_values_raise_decode_error_naming_where(buf, match):
     with pytest.raises(codec.DecodeError, match=f"W: .*{match}"):
         codec.loads(buf, where="W")

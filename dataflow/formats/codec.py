@@ -36,6 +36,7 @@ cause; an object that cannot be encoded raises ``TypeError`` naming its type.
 """
 import functools
 import pickle
+import re
 import struct
 
 import msgpack
@@ -236,10 +237,26 @@ class _DtypeCacheB(dict):
 
 
 _DTYPES_B = _DtypeCacheB()
-_ND_HEAD = b"\x85\xc4\x02nd\xc3\xc4\x04type"
-_KIND_SHAPE = b"\xc4\x04kind\xc4\x00\xc4\x05shape"
+# The map of an array of a plain dtype as msgpack-numpy writes it, in one match: groups are the
+# fixstr byte and text of ``type`` (a short dtype.str such as "<f4"; others take the long way),
+# the fixarray byte and the items of ``shape`` (msgpack uints; each item's first byte tells its
+# length, so the match cannot end early), and the length of the ``data`` bin.
+_PLAIN_ARRAY = re.compile(
+    rb"\x85\xc4\x02nd\xc3\xc4\x04type([\xa1-\xa6])([<>|=][a-zA-Z][0-9]{1,4})"
+    rb"\xc4\x04kind\xc4\x00\xc4\x05shape([\x90-\x9f])"
+    rb"((?:[\x00-\x7f]|\xcc.|\xcd..|\xce....|\xcf........)*?)"
+    rb"\xc4\x04data(?:\xc4(.)|\xc5(..)|\xc6(....))", re.S)
 _UINT_WIDTH = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
-_BIN_WIDTH = {0xc4: 1, 0xc5: 2, 0xc6: 4}
+
+
+def _dims(b):
+    """The ints of a run of msgpack uints."""
+    out, i = [], 0
+    while i < len(b):
+        w = _UINT_WIDTH.get(b[i], 0)
+        out.append(b[i] if w == 0 else int.from_bytes(b[i + 1:i + 1 + w], "big"))
+        i += 1 + w
+    return out
 
 
 def _array(d, data, allow_pickle, where, copy_unaligned):
@@ -349,8 +366,8 @@ class _Walker:
 
     def _any(self, in_map):
         p = self.pos
-        if self.mv[p:p + 12] == _ND_HEAD:
-            arr = self._plain_array(p + 12)
+        if p < len(self.mv) and self.mv[p] == 0x85:
+            arr = self._plain_array(p)
             if arr is not None:
                 return arr
         b = self._take(1)[0]
@@ -407,54 +424,34 @@ class _Walker:
                           "starts no msgpack value")
 
     def _plain_array(self, p):
-        """The common case in one step: an array map of a plain dtype and a data bin, as
-        msgpack-numpy writes it, whose ``type`` starts at ``p``. None when it is not that."""
-        mv = self.mv
-        head = bytes(mv[p:p + 128])
-        try:
-            t = head[0]
-            if not 0xa0 <= t <= 0xbf:
-                return None
-            q = 1 + (t & 0x1f)
-            dtype = _DTYPES_B[head[1:q]]
-            if dtype is None or head[q:q + 15] != _KIND_SHAPE:
-                return None
-            q += 15
-            ndim = head[q] - 0x90
-            if not 0 <= ndim <= 15:
-                return None
-            q += 1
-            shape = []
-            count = 1
-            for _ in range(ndim):
-                c = head[q]
-                if c < 0x80:
-                    q += 1
-                else:
-                    w = _UINT_WIDTH.get(c)
-                    if w is None:
-                        return None
-                    c = int.from_bytes(head[q + 1:q + 1 + w], "big")
-                    q += 1 + w
-                shape.append(c)
-                count *= c
-            if head[q:q + 6] != b"\xc4\x04data":
-                return None
-            c = head[q + 6]
-            w = _BIN_WIDTH.get(c)
-            if w is None:
-                return None
-            n = int.from_bytes(head[q + 7:q + 7 + w], "big")
-            q += 7 + w
-            if q > len(head):
-                return None
-        except IndexError:
+        """The common case in one step: the map of an array of a plain dtype at ``p``, as
+        msgpack-numpy writes it (:data:`_PLAIN_ARRAY`). None when it is not that."""
+        mo = _PLAIN_ARRAY.match(self.mv, p)
+        if mo is None:
             return None
-        start = p + q
+        tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
+        ndim = nd[0] - 0x90
+        if tlen[0] - 0xa0 != len(tstr):
+            return None
+        dtype = _DTYPES_B[tstr]
+        if dtype is None:
+            return None
+        if len(dims) == ndim:                        # every dimension < 128: one byte each
+            shape = list(dims)
+        else:
+            shape = _dims(dims)
+            if len(shape) != ndim:
+                return None
+        n = int.from_bytes(b8 or b16 or b32, "big")
+        start = mo.end()
         end = start + n
+        mv = self.mv
         if end > len(mv):
             raise DecodeError(f"{_where(self.where)}the msgpack value is truncated (needs "
                               f"{end} bytes, has {len(mv)})")
+        count = 1
+        for c in shape:
+            count *= c
         if count * dtype.itemsize != n:
             raise DecodeError(f"{_where(self.where)}array of shape {tuple(shape)} and dtype "
                               f"{dtype} needs {count * dtype.itemsize} bytes, the record "
