@@ -23,7 +23,7 @@ VALUES = [
     {1: "int key"},
     [],
     [np.zeros(20_000, "<U3")],
-    [np.arange(3000).astype("M8[ns]"), np.zeros((2, 200, 300), "u1")],   # the long way; 3-D
+    [np.zeros((2, 200, 300), "u1"), np.zeros((5, 5, 5, 5), "<c8")],
 ]
 
 
@@ -63,6 +63,17 @@ def test_both_decoders_give_the_same_values():
                                 object_hook=codec._HOOKS[True])
         walked = codec._Walker(b, True, None).value()
         assert same(walked, small)
+
+
+@pytest.mark.parametrize("n", [10, 3000])
+def test_datetime_arrays_which_msgpack_numpy_cannot_write(n):
+    # msgpack-numpy raises on datetime64 arrays ("cannot include dtype 'M' in a buffer"); we
+    # write the same layout (type "<M8[ns]", raw bytes), which its decoder reads
+    v = [np.arange(n).astype("M8[ns]"), 1]
+    b = codec.dumps(v)
+    for got in (codec.loads(b), msgpack_numpy.unpackb(b, raw=False)):
+        assert got[0].dtype == np.dtype("M8[ns]")
+        np.testing.assert_array_equal(got[0], v[0])
 
 
 def test_pickle_is_tensorpacks_default_protocol():

@@ -82,7 +82,12 @@ def _encode_default(obj):
 
 
 def _raw(arr):
-    return arr.data if arr.flags.c_contiguous else arr.tobytes()
+    if not arr.flags.c_contiguous:
+        return arr.tobytes()
+    try:
+        return arr.data
+    except ValueError:      # no buffer format for the dtype (datetime64): the same bytes as uint8
+        return arr.reshape(-1).view(np.uint8).data
 
 
 _SPLICE_MIN = 16 * 1024
