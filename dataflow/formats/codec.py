@@ -290,28 +290,27 @@ def _array(d, data, allow_pickle, where, copy_unaligned):
     return arr.reshape(shape)
 
 
-class _Hook:
-    """``object_hook`` for msgpack's C unpacker (small values: the array bytes are copies)."""
+def _Hook(allow_pickle, where):
+    """An ``object_hook`` for msgpack's C unpacker (small values: the array bytes are copies).
+    A closure, not an object with ``__call__``: msgpack calls it for every map."""
+    dtypes, frombuffer = _DTYPES, np.frombuffer
 
-    def __init__(self, allow_pickle, where):
-        self.allow_pickle = allow_pickle
-        self.where = where
-
-    def __call__(self, d, _dtypes=_DTYPES, frombuffer=np.frombuffer):
+    def hook(d):
         # the common case first: an array of a plain dtype, as msgpack-numpy writes it
-        if d.get(b"nd") is True and d.get(b"kind") == b"" and len(d) == 5:
-            dtype = _dtypes[d[b"type"]]
+        if len(d) == 5 and d.get(b"kind") == b"" and d.get(b"nd") is True:
+            dtype = dtypes[d[b"type"]]
             if dtype is not None:
                 shape = d[b"shape"]
                 arr = frombuffer(d[b"data"], dtype)
-                if len(shape) == 1 and arr.shape[0] == shape[0]:
+                if len(shape) == 1 and len(arr) == shape[0]:
                     return arr
                 return arr.reshape(shape)
         if b"nd" in d or "nd" in d:
-            return _array(d, _get(d, "data"), self.allow_pickle, self.where, False)
+            return _array(d, _get(d, "data"), allow_pickle, where, False)
         if b"complex" in d or "complex" in d:
             return complex(_get(d, "data"))
         return d
+    return hook
 
 
 _HOOKS = {True: _Hook(True, None), False: _Hook(False, None)}
