@@ -525,9 +525,9 @@ def test_map_grows_and_no_datapoint_is_lost(tmp_path, monkeypatch):
     grown = []
     real_grow = lmdb_module._grow_and_replay
 
-    def grow(env, txn, pending, lmdb):
+    def grow(env, txn, pending, lmdb, format):
         grown.append(len(pending))
-        return real_grow(env, txn, pending, lmdb)
+        return real_grow(env, txn, pending, lmdb, format)
     monkeypatch.setattr(lmdb_module, "_grow_and_replay", grow)
     dps = datapoints(30, big=True)                                    # about 1.2 MB
     path = str(tmp_path / "g.lmdb")
