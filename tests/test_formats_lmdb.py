@@ -518,7 +518,7 @@ def test_missing_record_under_shuffle(tmp_path):
     df.close()
 
 
-# -- saving: the map grows; a file system without sparse files --------------------------------------
+# -- saving: the map grows ------------------------------------------------------------------------
 def test_map_grows_and_no_datapoint_is_lost(tmp_path, monkeypatch):
     import dataflow.formats.lmdb as lmdb_module
     monkeypatch.setattr(lmdb_module, "_WRITE_MAP_SIZE", 1 << 16)     # 64 KiB: full at once
@@ -533,25 +533,6 @@ def test_map_grows_and_no_datapoint_is_lost(tmp_path, monkeypatch):
     path = str(tmp_path / "g.lmdb")
     LMDBSerializer.save(DataFromList(dps, shuffle=False), path, write_frequency=7)
     assert grown and max(grown) > 1              # uncommitted puts were replayed
-    assert_same(load_all(path), dps)
-    env = lmdb.open(path, subdir=False, readonly=True, lock=False)
-    end = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
-    env.close()
-    assert os.path.getsize(path) == end          # cut to the pages in use
-
-
-def test_save_without_writemap(tmp_path, monkeypatch):
-    real_open = lmdb.open
-
-    def no_writemap(path, **kw):
-        if kw.get("writemap"):
-            raise lmdb.Error("no sparse files here")
-        return real_open(path, **kw)
-    monkeypatch.setattr(lmdb, "open", no_writemap)
-    dps = datapoints(5, big=True)
-    path = str(tmp_path / "n.lmdb")
-    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
-    assert sorted(os.listdir(tmp_path)) == ["n.lmdb", "n.lmdb-lock"]
     assert_same(load_all(path), dps)
 
 
