@@ -19,9 +19,11 @@ Zero copy: ``LMDBSerializer.load`` decodes large values (``codec.ZERO_COPY_MIN``
 from a read-only ``mmap`` of the data file that this module holds beside LMDB's own map, so the
 arrays of a msgpack datapoint are read-only views of the page cache. The arrays keep that mmap
 alive: they stay valid after the dataflow is closed, in a forked child, and after the file is
-deleted. (LMDB tells where a value lies in its own map; the offset in the file is that address
-minus the address where LMDB mapped the file, found once per environment from the page number
-that LMDB writes at the start of every page, and checked against the file.)
+deleted. A sequential pass over a file of mostly large values finds the records by reading
+LMDB's pages from that mmap (:mod:`._lmdbscan`); otherwise py-lmdb finds them, and a large
+value's offset in the file is its address in LMDB's map minus the address of that map (found
+once per environment from the page number LMDB writes at the start of every page, and checked
+against the file).
 
 Needs lmdb (``pip install 'dataflow-rt[formats]'``), imported on first use.
 """
