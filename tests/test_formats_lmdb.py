@@ -572,7 +572,7 @@ def test_scan_of_a_corrupt_page_names_the_file(tmp_path):
         f.write(b"\xff" * 8)                     # the root page no longer says who it is
     df = LMDBSerializer.load(path, shuffle=False)
     df.reset_state()
-    with pytest.raises(LMDBFormatError, match=rf"s.lmdb: page {meta['root']} is not"):
+    with pytest.raises(LMDBFormatError, match=rf"s.lmdb: ScanError: page {meta['root']} is not"):
         list(df)
     df.close()
 

@@ -313,10 +313,19 @@ class LMDBData(RNGDataFlow):
                 if k != _KEYS:
                     yield k, v
 
+    @contextlib.contextmanager
+    def _reading(self):
+        """Errors of LMDB or of the page scan, as LMDBFormatError naming the file."""
+        lmdb = _lmdb("LMDBData")
+        try:
+            yield
+        except (lmdb.Error, _lmdbscan.ScanError) as e:
+            raise LMDBFormatError(f"LMDB {self.lmdb_path}: {type(e).__name__}: {e}") from None
+
     def __iter__(self):
         with _guard_of(self):
             env = self._env_here()
-            with env.env.begin() as txn:
+            with self._reading(), env.env.begin() as txn:
                 for k, v in self._pairs(txn):
                     yield [k, v]
 
@@ -324,15 +333,13 @@ class LMDBData(RNGDataFlow):
         """The decoded values of one pass (what ``LMDBSerializer.load`` yields)."""
         with _guard_of(self):
             env = self._env_here()
-            scan = None if self.shuffle else env.scan()
-            if scan is not None:        # sequential: the pages, read from our own map
-                try:
+            with self._reading():
+                scan = None if self.shuffle else env.scan()
+                if scan is not None:        # sequential: the pages, read from our own map
                     yield from self._decode(scan, allow_pickle, None)
-                except _lmdbscan.ScanError as e:
-                    raise LMDBFormatError(f"LMDB {self.lmdb_path}: {e}") from None
-                return
-            with env.env.begin(buffers=True) as txn:
-                yield from self._decode(self._pairs(txn), allow_pickle, env)
+                    return
+                with env.env.begin(buffers=True) as txn:
+                    yield from self._decode(self._pairs(txn), allow_pickle, env)
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
