@@ -207,11 +207,15 @@ def test_two_loads_of_one_path_in_one_process(tmp_path):
     raw.close()
 
 
-def test_arrays_are_views_of_the_file_and_outlive_the_reader(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])    # page scan; py-lmdb + address
+def test_arrays_are_views_of_the_file_and_outlive_the_reader(tmp_path, shuffle):
     dps = datapoints(5, big=True)
     path = str(tmp_path / "x.lmdb")
     LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
-    got = load_all(path)                      # the reader is closed
+    df = LMDBSerializer.load(path, shuffle=shuffle)
+    df.reset_state()
+    got = sorted(df, key=lambda dp: dp[1])
+    df.close()                                # the reader is closed
     arr = got[3][0]
     assert not arr.flags.writeable and not arr.flags.owndata
     base = arr
