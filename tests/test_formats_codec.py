@@ -156,3 +156,25 @@ def test_dumps_errors():
         codec.dumps([{1, 2}])
     with pytest.raises(TypeError, match="datetime64"):
         codec.dumps([np.datetime64("2020-01-01")])
+
+
+def test_small_batch_decodes_in_order_and_finds_the_bad_value():
+    vals = [[i, np.full(3, i, "f4")] for i in range(10)]
+    batch = codec.SmallBatch(True, size=4)
+    assert [batch.add(codec.dumps(v)) for v in vals[:4]] == [False, False, False, True]
+    got = batch.decode()
+    assert [g[0] for g in got] == [0, 1, 2, 3] and not got[1][1].flags.writeable
+    assert len(batch) == 0
+    # a value missing its last item borrows the next value's first byte: found, not misread
+    bufs = [codec.dumps(v) for v in vals[:3]]
+    bufs[1] = bufs[1][:-1]
+    for b in bufs:
+        batch.add(b)
+    with pytest.raises(codec.BatchError) as err:
+        batch.decode()
+    assert err.value.index == 1 and [d[0] for d in err.value.done] == [0]
+    bad = codec.SmallBatch(False)
+    bad.add(codec.dumps([np.array([1, "a"], dtype=object)]))
+    with pytest.raises(codec.BatchError) as err:
+        bad.decode()
+    assert isinstance(err.value.error, codec.PickleRefusedError)

