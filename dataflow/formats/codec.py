@@ -406,12 +406,32 @@ class _Walker:
     def __init__(self, buf, allow_pickle, where):
         self.mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) or \
             buf.format != "B" or buf.ndim != 1 else buf
+        self.readonly = self.mv.readonly
         self.pos = 0
         self.allow_pickle = allow_pickle
         self.where = where
 
     def value(self):
-        v = self._any(False)
+        mv = self.mv
+        first = mv[0] if len(mv) else 0
+        if 0x91 <= first <= 0x9f:          # a datapoint: a short list; its items in one loop
+            self.pos = 1
+            v = []
+            for _ in range(first - 0x90):
+                p = self.pos
+                b = mv[p] if p < len(mv) else -1
+                if b == 0x85:
+                    arr = self._plain_array(p)
+                    if arr is not None:
+                        v.append(arr)
+                        continue
+                elif 0 <= b <= 0x7f:            # a small int (a label)
+                    self.pos = p + 1
+                    v.append(b)
+                    continue
+                v.append(self._any(False))
+        else:
+            v = self._any(False)
         if self.pos != len(self.mv):
             raise DecodeError(f"{_where(self.where)}{len(self.mv) - self.pos} bytes of extra "
                               "data after the msgpack value")
@@ -491,7 +511,7 @@ class _Walker:
     def _plain_array(self, p):
         """The common case in one step: the map of an array of a plain dtype at ``p``, as
         msgpack-numpy writes it (:data:`_PLAIN_ARRAY`). None when it is not that."""
-        mo = _PLAIN_ARRAY.match(self.mv, p)
+        mo = _PLAIN_ARRAY.match(self.mv, p, p + 256)    # bounded: the header is short
         if mo is None:
             return None
         tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
@@ -503,6 +523,8 @@ class _Walker:
             return None
         if len(dims) == ndim:                        # every dimension < 128: one byte each
             shape = list(dims)
+        elif ndim == 1:                              # one dimension, a uint of 1 to 8 bytes
+            shape = [int.from_bytes(dims[1:], "big")]
         else:
             shape = _dims(dims)
             if len(shape) != ndim:
@@ -514,17 +536,22 @@ class _Walker:
         if end > len(mv):
             raise DecodeError(f"{_where(self.where)}the msgpack value is truncated (needs "
                               f"{end} bytes, has {len(mv)})")
-        count = 1
-        for c in shape:
-            count *= c
+        if ndim == 1:
+            count = shape[0]
+        else:
+            count = 1
+            for c in shape:
+                count *= c
         if count * dtype.itemsize != n:
             raise DecodeError(f"{_where(self.where)}array of shape {tuple(shape)} and dtype "
                               f"{dtype} needs {count * dtype.itemsize} bytes, the record "
                               f"holds {n}")
         arr = np.frombuffer(mv, dtype, count, start)
-        if not arr.flags.aligned:
+        if dtype.alignment > 1 and not arr.flags.aligned:
             arr = arr.copy()
-        arr.flags.writeable = False         # also over a writable buffer: never write into it
+            arr.flags.writeable = False
+        elif not self.readonly:             # never write into a writable buffer
+            arr.flags.writeable = False
         self.pos = end
         return arr if ndim == 1 else arr.reshape(shape)
 
