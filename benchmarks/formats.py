@@ -72,7 +72,8 @@ def _library(system):
 
 
 def consume(df):
-    """One pass; touches one byte per 4 KiB page of every array. Returns (datapoints, bytes)."""
+    """One pass; touches one byte per 4 KiB page of every array (summing them). Returns
+    (datapoints, array bytes, the sum)."""
     import numpy as np
     n = nbytes = 0
     checksum = 0
@@ -86,7 +87,7 @@ def consume(df):
                 m = m.cast("B")
                 checksum += sum(m[::PAGE])
                 nbytes += m.nbytes
-    return n, nbytes
+    return n, nbytes, checksum
 
 
 def child(args):
@@ -96,10 +97,7 @@ def child(args):
     if args.measure == "save":
         dps = make_datapoints(args.workload, args.n)
         t0, c0 = time.perf_counter(), time.process_time()
-        if args.system == "dataflow":
-            serializer.save(from_list(dps, shuffle=False), args.path)
-        else:
-            serializer.save(from_list(dps, shuffle=False), args.path)
+        serializer.save(from_list(dps, shuffle=False), args.path)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"datapoints": len(dps), "wall_s": wall, "cpu_s": cpu, "bytes": 0}
     df = serializer.load(args.path, shuffle=False)
@@ -108,7 +106,7 @@ def child(args):
     n = nbytes = 0
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.passes):
-        a, b = consume(df)
+        a, b, _ = consume(df)
         n, nbytes = n + a, nbytes + b
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"datapoints": n, "wall_s": wall, "cpu_s": cpu, "bytes": nbytes}
