@@ -37,6 +37,9 @@ from .formats.tfrecord import TFRecordSerializer
 # --- dataset readers (issue 16): `from dataflow import dataset; dataset.Cifar10('train')` ---
 from . import dataset
 
+# --- remote dataflows over ZeroMQ (issue 16) ---
+from .remote import RemoteDataZMQ, curve_keypair, send_dataflow_zmq
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner

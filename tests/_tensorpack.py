@@ -24,7 +24,8 @@ def run_tensorpack(code, serialize="pickle", timeout=60, cwd=None):
 
 
 def start_tensorpack(code, serialize="pickle", cwd=None):
-    """Start ``code`` in a tensorpack subprocess and return the ``Popen`` (the caller stops it)."""
+    """Start ``code`` in a tensorpack subprocess and return the ``Popen`` (the caller stops it).
+    Its output is discarded: a long-running sender's progress bar would fill a pipe."""
     env = dict(os.environ, TENSORPACK_SERIALIZE=serialize, PYTHONWARNINGS="ignore")
     return subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env,
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
