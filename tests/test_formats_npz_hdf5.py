@@ -261,7 +261,7 @@ def test_svmlight_bad_file_raises_naming_it(tmp_path):
 @pytest.mark.parametrize("make, module, extra", [
     (lambda p: D.HDF5Data(p, ["a"]), "h5py", "formats"),
     (lambda p: D.HDF5Serializer.save(D.DataFromList([[1]]), p, ["a"]), "h5py", "formats"),
-    (lambda p: D.SVMLightData(p), "sklearn", "svmlight"),
+    (lambda p: D.SVMLightData(p), "sklearn", "formats"),
 ])
 def test_missing_dependency_names_the_extra(tmp_path, monkeypatch, make, module, extra):
     for name in list(sys.modules):

@@ -15,10 +15,10 @@ class SVMLightData(RNGDataFlow):
     matrix, ``y`` its label (``np.float64``), as tensorpack yields them. The file is read fully
     in the constructor by ``sklearn.datasets.load_svmlight_file``. With ``shuffle`` each pass
     uses a fresh random order from ``self.rng`` (call ``reset_state()`` first).
-    Needs scikit-learn (``pip install 'dataflow-rt[svmlight]'``), imported on construction."""
+    Needs scikit-learn (``pip install 'dataflow-rt[formats]'``), imported on construction."""
 
     def __init__(self, filename, shuffle=True):
-        datasets = require("sklearn.datasets", "SVMLightData", "svmlight")
+        datasets = require("sklearn.datasets", "SVMLightData", "formats")
         self.filename = os.fspath(filename)
         self.shuffle = shuffle
         if not os.path.exists(self.filename):
