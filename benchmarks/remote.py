@@ -16,8 +16,9 @@ The receiver measures:
   (SIGTERM until reaped, measured by this process).
 
 Systems: ``dataflow`` (format=None: msgpack frames), ``dataflow-pickle`` (format="pickle",
-receiver allow_pickle=True), ``tensorpack`` (its default, pickle) and ``tensorpack-msgpack``
-(TENSORPACK_SERIALIZE=msgpack). Trials alternate systems within each repeat; ratios are taken
+receiver allow_pickle=True), ``tensorpack`` (its default, pickle), ``tensorpack-msgpack``
+(TENSORPACK_SERIALIZE=msgpack), and ``zmq-raw``: pyzmq alone sending one pre-made frame of the
+same size again and again, no encoding or decoding (the transport's ceiling on this machine). Trials alternate systems within each repeat; ratios are taken
 repeat by repeat (same transport), then the median and the range are reported.
 """
 import argparse
@@ -41,6 +42,8 @@ SYSTEMS = {
     "dataflow-pickle": ("dataflow", "pickle", True),
     "tensorpack": ("tensorpack", "pickle", None),
     "tensorpack-msgpack": ("tensorpack", "msgpack", None),
+    # the transport's ceiling: pyzmq alone, one pre-made 150 KiB frame sent again and again
+    "zmq-raw": ("zmq", None, None),
 }
 PAIRS = [("dataflow", "tensorpack"), ("dataflow", "tensorpack-msgpack"),
          ("dataflow-pickle", "tensorpack")]
@@ -91,13 +94,45 @@ def _scripts(system, addr, n):
         send = f"send_dataflow_zmq(df, {addr!r}, format={fmt!r})"
         r_imports = "from dataflow.remote import RemoteDataZMQ"
         make = f"RemoteDataZMQ({addr!r}, allow_pickle={allow_pickle!r})"
+    elif lib == "zmq":
+        s_imports = "import zmq"
+        send = textwrap.dedent(f"""
+            sock = zmq.Context().socket(zmq.PUSH)
+            sock.set_hwm(50)
+            sock.connect({addr!r})
+            frame = bytes({ARRAY_BYTES})
+            while True:
+                sock.send(frame, copy=True)
+        """)
+        r_imports = textwrap.dedent("""
+            import zmq
+            class RawPull:
+                def __init__(self, addr):
+                    self.addr = addr
+                def reset_state(self):
+                    pass
+                def __iter__(self):
+                    ctx = zmq.Context()
+                    sock = ctx.socket(zmq.PULL)
+                    sock.set_hwm(50)
+                    sock.bind(self.addr)
+                    try:
+                        while True:
+                            yield sock.recv(copy=False)
+                    finally:
+                        ctx.destroy(linger=0)
+        """)
+        make = f"RawPull({addr!r})"
     else:
         env["TENSORPACK_SERIALIZE"] = fmt
         s_imports = "from tensorpack.dataflow import DataFromList, send_dataflow_zmq"
         send = f"send_dataflow_zmq(df, {addr!r})"
         r_imports = "from tensorpack.dataflow import RemoteDataZMQ"
         make = f"RemoteDataZMQ({addr!r})"
-    sender = SENDER.format(imports=s_imports, size=ARRAY_BYTES, send=send)
+    if lib == "zmq":
+        sender = s_imports + "\n" + send
+    else:
+        sender = SENDER.format(imports=s_imports, size=ARRAY_BYTES, send=send)
     receiver = RECEIVER.format(imports=r_imports, make=make, warmup=WARMUP, n=n,
                                size=ARRAY_BYTES)
     return textwrap.dedent(sender), textwrap.dedent(receiver), env
