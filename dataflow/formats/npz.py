@@ -61,20 +61,21 @@ class NumpySerializer:
         path = os.fspath(path)
         if not os.path.exists(path) and os.path.exists(path + ".npz"):
             path += ".npz"
+        members, buffer = None, None
         try:
             with np.load(path, allow_pickle=True) as npz:
-                if "buffer" not in npz.files:
-                    raise ValueError(f"{path}: no 'buffer' member (members: {npz.files}); "
-                                     "not a file written by NumpySerializer.save")
-                buffer = npz["buffer"]
+                members = npz.files
+                if "buffer" in members:
+                    buffer = npz["buffer"]
+        except FileNotFoundError:
+            raise
         except (zipfile.BadZipFile, EOFError, pickle.UnpicklingError, OSError, ValueError,
-                zipfile.LargeZipFile, KeyError, AttributeError, ImportError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            if isinstance(e, ValueError) and str(e).startswith(path):
-                raise
+                zipfile.LargeZipFile, KeyError, AttributeError, ImportError, TypeError) as e:
             raise ValueError(f"{path}: cannot read member 'buffer.npy' of this NumpySerializer "
                              f"file (truncated or corrupted?): {type(e).__name__}: {e}") from e
+        if buffer is None:
+            raise ValueError(f"{path}: no 'buffer' member (members: {members}); not a file "
+                             "written by NumpySerializer.save")
         if buffer.dtype != object:
             raise ValueError(f"{path}: member 'buffer.npy' has dtype {buffer.dtype}, expected an "
                              "object array of datapoints")
