@@ -25,9 +25,25 @@ from .parallel.supervisor import WorkerCrashedError
 from .stats import (enable_stats, format_stats, log_stats, print_stats, reset_stats, stats,
                     stats_enabled)
 
+# --- on-disk formats (issue 16): NumPy, HDF5, SVMlight; optional deps imported on use ---
+from .formats.npz import NumpySerializer
+from .formats.hdf5 import HDF5Data, HDF5Serializer
+from .formats.svmlight import SVMLightData
+
+# --- on-disk formats (issue 16): LMDB, TFRecord; lmdb and crc32c imported on use ---
+from .formats.lmdb import CaffeLMDB, LMDBData, LMDBDataDecoder, LMDBSerializer
+from .formats.tfrecord import TFRecordSerializer
+
+# --- dataset readers (issue 16): `from dataflow import dataset; dataset.Cifar10('train')` ---
+from . import dataset
+
+# --- remote dataflows over ZeroMQ (issue 16) ---
+from .remote import RemoteDataZMQ, curve_keypair, send_dataflow_zmq
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
+MultiThreadPrefetchData = MultiThreadRunner
 
 __version__ = "0.1.0"

@@ -1,0 +1,141 @@
+"""HDF5 files as tensorpack writes and reads them: ``HDF5Serializer`` and ``HDF5Data``.
+
+Layout: one HDF5 dataset per entry of ``data_paths`` (the name verbatim, so ``'grp/label'`` is
+dataset ``label`` in group ``grp``), holding component ``i`` of every datapoint stacked along
+axis 0: shape ``(N, *component_shape)``, dtype as numpy infers it. No chunking, no compression.
+Needs h5py (``pip install 'dataflow-rt[formats]'``), imported on first use.
+"""
+import os
+
+import numpy as np
+
+from ..base import RNGDataFlow
+from ..raw import _require_rng
+from ._files import require, write_aside
+
+__all__ = ["HDF5Serializer", "HDF5Data"]
+
+
+def _h5py(user):
+    return require("h5py", user, "formats")
+
+
+class HDF5Data(RNGDataFlow):
+    """The datapoints of an HDF5 file: datapoint ``k`` is ``[f[p][k] for p in data_paths]``
+    (rows of the datasets; numpy scalars for 1-D datasets).
+
+    Every dataset is read fully into memory in the constructor and the file is closed again
+    (so the dataflow can be sent to worker processes). The datasets must have equal lengths.
+    With ``shuffle`` each pass visits the datapoints in a fresh random order from ``self.rng``
+    (call ``reset_state()`` first).
+    """
+
+    def __init__(self, filename, data_paths, shuffle=True):
+        h5py = _h5py("HDF5Data")
+        self.filename = os.fspath(filename)
+        self.data_paths = list(data_paths)
+        self.shuffle = shuffle
+        if not self.data_paths:
+            raise ValueError(f"HDF5Data({self.filename!r}): data_paths is empty")
+        try:
+            f = h5py.File(self.filename, "r")
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            if not os.path.exists(self.filename):
+                raise FileNotFoundError(f"{self.filename}: no such file") from e
+            raise ValueError(f"{self.filename}: not a readable HDF5 file (truncated or "
+                             f"corrupted?): {e}") from e
+        self.dps = []
+        with f:
+            for p in self.data_paths:
+                if p not in f:
+                    raise KeyError(f"{self.filename}: no dataset {p!r} (top-level names: "
+                                   f"{sorted(f.keys())})")
+                if not isinstance(f[p], h5py.Dataset):
+                    raise ValueError(f"{self.filename}: {p!r} is a group, not a dataset")
+                try:
+                    self.dps.append(f[p][...])
+                except (OSError, RuntimeError, ValueError) as e:
+                    raise ValueError(f"{self.filename}: cannot read dataset {p!r} (truncated "
+                                     f"or corrupted?): {e}") from e
+        lengths = [len(d) if d.ndim else None for d in self.dps]
+        if None in lengths or len(set(lengths)) != 1:
+            shapes = {p: d.shape for p, d in zip(self.data_paths, self.dps)}
+            raise ValueError(f"{self.filename}: datasets {self.data_paths} need one row per "
+                             f"datapoint and equal lengths, got shapes {shapes}")
+        self._size = lengths[0]
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        idxs = np.arange(self._size)
+        if self.shuffle:
+            _require_rng(self).shuffle(idxs)
+        for k in idxs:
+            yield [d[k] for d in self.dps]
+
+
+class HDF5Serializer:
+    """Save a dataflow to, and load it from, an HDF5 file (see the module doc)."""
+
+    @staticmethod
+    def save(df, path, data_paths):
+        """Iterate ``df`` once (after ``reset_state()``) and write component ``i`` of every
+        datapoint to dataset ``data_paths[i]``. Every datapoint must have
+        ``len(data_paths)`` components, and each component the same shape in every datapoint;
+        otherwise ``ValueError`` names the file, the datapoint and the dataset. The file is
+        written under a temporary name beside ``path`` and renamed when complete."""
+        h5py = _h5py("HDF5Serializer")
+        path = os.fspath(path)
+        data_paths = list(data_paths)
+        df.reset_state()
+        try:
+            len(df)
+        except NotImplementedError:
+            pass
+        columns = [[] for _ in data_paths]
+        for i, dp in enumerate(df):
+            if len(dp) != len(data_paths):
+                raise ValueError(f"{path}: datapoint {i} has {len(dp)} components but "
+                                 f"data_paths has {len(data_paths)} ({data_paths})")
+            for col, comp in zip(columns, dp):
+                col.append(comp)
+        arrays = []
+        for p, col in zip(data_paths, columns):
+            try:
+                arr = np.asarray(col)
+            except ValueError as e:
+                arr = None
+                cause = e
+            if arr is None or arr.dtype == object:
+                raise ValueError(f"{path}: the components for dataset {p!r} cannot be stacked "
+                                 f"into one array ({_first_mismatch(col)})") from (
+                                     cause if arr is None else None)
+            arrays.append(arr)
+        with write_aside(path) as tmp:
+            with h5py.File(tmp, "w") as f:
+                for p, arr in zip(data_paths, arrays):
+                    try:
+                        f.create_dataset(p, data=arr)
+                    except (TypeError, ValueError) as e:
+                        raise ValueError(f"{path}: cannot write dataset {p!r} of dtype "
+                                         f"{arr.dtype}: {e}") from e
+
+    @staticmethod
+    def load(path, data_paths, shuffle=True):
+        """``HDF5Data(path, data_paths, shuffle)``."""
+        return HDF5Data(path, data_paths, shuffle=shuffle)
+
+
+def _first_mismatch(col):
+    if not col:
+        return "no datapoints"
+    first = np.shape(col[0]), type(col[0]).__name__
+    for i, c in enumerate(col):
+        here = np.shape(c), type(c).__name__
+        if here != first:
+            return (f"datapoint 0 has shape {first[0]} ({first[1]}), datapoint {i} has shape "
+                    f"{here[0]} ({here[1]})")
+    return f"components of type {first[1]} have no HDF5 dtype"

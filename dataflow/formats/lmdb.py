@@ -1,0 +1,670 @@
+"""LMDB files as tensorpack writes and reads them: ``LMDBSerializer``, ``LMDBData``,
+``LMDBDataDecoder``, ``CaffeLMDB``.
+
+Layout (tensorpack 0.11's): datapoint ``i`` is stored under the key ``b'%08d' % i`` as the value
+``codec.dumps(dp)``; after the data, the record ``b'__keys__'`` holds the encoded list of every
+key (bytes). No other record (the length is the number of entries minus one). The path is
+either a file (LMDB's ``subdir=False``: the files ``path`` and ``path + '-lock'``) or an existing
+directory (``path/data.mdb`` and ``path/lock.mdb``).
+
+Environments: py-lmdb refuses to open one environment twice in a process, and an environment
+must not be used across ``fork``. So every reader of a path in a process shares one read-only
+environment (:class:`_Env`), opened on first use and closed when the last reader closes; a
+process that finds an environment inherited from its parent closes that copy and opens its own.
+Readers take their environment again in ``reset_state()`` (and, if that was not called in this
+process, when iterated), so an LMDB dataflow works upstream of ``MultiProcessRunnerZMQ`` and
+inside process workers, forked or spawned.
+
+Zero copy: ``LMDBSerializer.load`` decodes large values (``codec.ZERO_COPY_MIN`` bytes and more)
+from a read-only ``mmap`` of the data file that this module holds beside LMDB's own map, so the
+arrays of a msgpack datapoint are read-only views of the page cache. The arrays keep that mmap
+alive: they stay valid after the dataflow is closed, in a forked child, and after the file is
+deleted. A sequential pass over a file of mostly large values finds the records by reading
+LMDB's pages from that mmap (:mod:`._lmdbscan`); otherwise py-lmdb finds them, and a large
+value's offset in the file is its address in LMDB's map minus the address of that map (found
+once per environment from the page number LMDB writes at the start of every page, and checked
+against the file).
+
+Needs lmdb (``pip install 'dataflow-rt[formats]'``), imported on first use.
+"""
+import contextlib
+import ctypes
+import logging
+import mmap
+import os
+import secrets
+import sys
+import threading
+
+import numpy as np
+
+from ..base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
+from ..common import MapData
+from ..raw import _guard_of, _require_rng
+from . import _lmdbscan, codec
+from ._files import require
+
+__all__ = ["LMDBSerializer", "LMDBData", "LMDBDataDecoder", "CaffeLMDB"]
+
+logger = logging.getLogger(__name__)
+
+_KEYS = b"__keys__"
+# tensorpack's map size: 2 TiB where the address space allows it. A read-only map beyond the end
+# of the file costs nothing; a writer grows the file as it writes (no MDB_WRITEMAP).
+_MAP_SIZE = 1099511627776 * 2 if sys.maxsize > 2**32 else 128 * 1024 * 1024
+_WRITE_MAP_SIZE = _MAP_SIZE           # doubled on MapFullError
+_PENDING_BYTES = 64 * 1024 * 1024     # save: commit at least this often, to bound memory
+
+
+def _lmdb(user):
+    return require("lmdb", user, "formats")
+
+
+def _layout(path):
+    """(data file, lock file, subdir) of an LMDB path as tensorpack reads it."""
+    if os.path.isdir(path):
+        return os.path.join(path, "data.mdb"), os.path.join(path, "lock.mdb"), True
+    return path, path + "-lock", False
+
+
+class LMDBFormatError(ValueError):
+    """An LMDB file that is not one, is truncated, or lacks what tensorpack's layout needs."""
+
+
+# -- one read-only environment per data file and process ---------------------------------------
+class _Env:
+    """A read-only LMDB environment shared by every reader of one path in this process.
+
+    ``acquire(path)`` returns it (opening it when needed) and counts a user; ``release()``
+    uncounts one and closes the environment when none is left. An entry made in another process
+    (inherited through ``fork``) is closed here and replaced, as is one whose file was replaced.
+    """
+
+    _registry = {}
+    _lock = threading.Lock()
+
+    def __init__(self, path, real, data_file, subdir, ident):
+        lmdb = _lmdb("LMDBData")
+        self.path, self.real, self.data_file, self.ident = path, real, data_file, ident
+        self.pid = os.getpid()
+        self.users = 0
+        self._filemap = None       # np.uint8 view of our mmap of the data file
+        self._base = None          # address of LMDB's map (int), or False when unknown
+        self._scan = None          # _lmdbscan.Scan, or False when the file needs the cursor
+        try:
+            self.env = lmdb.open(real, subdir=subdir, readonly=True, lock=False,
+                                 readahead=True, map_size=_MAP_SIZE, max_readers=100)
+        except lmdb.Error as e:
+            raise LMDBFormatError(f"{path}: not a readable LMDB environment "
+                                  f"({type(e).__name__}: {e})") from e
+        try:
+            info, stat = self.env.info(), self.env.stat()
+            self.psize = stat["psize"]
+            need = (info["last_pgno"] + 1) * self.psize
+            have = os.stat(data_file).st_size
+            if have < need:
+                raise LMDBFormatError(
+                    f"{path}: the LMDB file is truncated ({have} bytes; its pages need {need})")
+        except BaseException:
+            self.env.close()
+            raise
+
+    @classmethod
+    def acquire(cls, path):
+        path = os.fspath(path)
+        real = os.path.realpath(path)
+        data_file, _, subdir = _layout(real)
+        try:
+            st = os.stat(data_file)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"LMDB {path!r} does not exist (looked for {data_file})") \
+                from None
+        ident = (st.st_dev, st.st_ino)
+        with cls._lock:
+            env = cls._registry.get(real)
+            if env is not None and (env.pid != os.getpid() or env.ident != ident):
+                env._close()            # a parent's copy, or the file was replaced
+                env = None
+            if env is None:
+                env = cls._registry[real] = cls(path, real, data_file, subdir, ident)
+            env.users += 1
+            return env
+
+    def release(self):
+        with self._lock:
+            if self.pid != os.getpid() or self.users <= 0:
+                return
+            self.users -= 1
+            if self.users == 0:
+                self._close()
+                if self._registry.get(self.real) is self:
+                    del self._registry[self.real]
+
+    def _close(self):
+        self.env.close()
+        self._filemap = self._scan = None    # the mmap itself lives on while arrays use it
+
+    # -- values as views of the file ---------------------------------------------------------
+    def _map(self):
+        """A read-only mmap of the data file (np.uint8 view), made on first use."""
+        if self._filemap is None:
+            with open(self.data_file, "rb") as f:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._filemap = np.frombuffer(mm, np.uint8)
+        return self._filemap
+
+    def scan(self):
+        """A :class:`_lmdbscan.Scan` of the file (records in key order as slices of the mmap)
+        when most of the file is large values (on overflow pages), where it is the faster way
+        and keeps their arrays alive; None for files of small records (py-lmdb's cursor walks
+        those faster) or files it does not read."""
+        if self._scan is None:
+            self._scan = False
+            stat = self.env.stat()
+            if stat["overflow_pages"] > stat["leaf_pages"]:
+                try:
+                    self._scan = _lmdbscan.open_scan(memoryview(self._map().base), stat,
+                                                     self.env.info()) or False
+                except (OSError, ValueError):
+                    pass
+        return self._scan or None
+
+    def view(self, value):
+        """``value`` (a memoryview into LMDB's map, from a ``buffers=True`` transaction) as a
+        memoryview of this module's mmap of the file, or ``None`` when that is not possible."""
+        if self._base is None:
+            self._base = self._find_base(value)
+        if self._base is False:
+            return None
+        off = np.frombuffer(value, np.uint8).ctypes.data - self._base
+        end = off + len(value)
+        fm = self._filemap
+        if off < 0 or end > len(fm):
+            return None
+        return memoryview(fm.base)[off:end]
+
+    def _find_base(self, value):
+        """Where LMDB mapped the file: the page holding ``value`` starts with its page number."""
+        try:
+            fm = self._map()
+            addr = np.frombuffer(value, np.uint8).ctypes.data
+            page = addr - addr % self.psize
+            pgno = int.from_bytes(ctypes.string_at(page, 8), "little")
+            base = page - pgno * self.psize
+            off = addr - base
+            if off < 0 or off + len(value) > len(fm) or \
+                    fm[off:off + len(value)].tobytes() != bytes(value):
+                return False
+            return base
+        except (OSError, ValueError):
+            return False
+
+
+# -- readers -------------------------------------------------------------------------------------
+class LMDBData(RNGDataFlow):
+    """The records of an LMDB as ``[key, value]`` pairs of bytes (values not decoded).
+
+    With ``shuffle=False`` a pass walks the keys in LMDB's order (byte order), skipping
+    ``__keys__``. With ``shuffle=True`` (the default) a pass visits ``keys`` in a fresh random
+    order from ``self.rng`` (call ``reset_state()`` first); a key that is not in the LMDB gives
+    ``[key, None]``, as in tensorpack. ``keys`` (used only with ``shuffle=True``, as in
+    tensorpack): ``None`` for the ``__keys__`` record (or, without one, every key in the LMDB),
+    a list of keys (bytes; str is encoded as ASCII), or a format string such as ``'{:0>8d}'``
+    formatted with ``0 .. len-1``. ``len()`` is the number of keys a pass visits.
+
+    The environment is shared with every other reader of the path in this process (see the
+    module doc); ``close()`` releases this reader's use of it.
+    """
+
+    def __init__(self, lmdb_path, shuffle=True, keys=None, *, allow_pickle=True):
+        """
+        Args:
+            lmdb_path (str): an LMDB file, or a directory holding ``data.mdb``.
+            shuffle (bool): visit the records in random order (see the class doc).
+            keys (None | list | str): the keys a shuffled pass visits (see the class doc).
+            allow_pickle (bool): decode a pickled ``__keys__`` record (tensorpack's default
+                encoding); with False, the keys are read from the LMDB instead.
+        """
+        _lmdb("LMDBData")
+        self.lmdb_path = os.fspath(lmdb_path)
+        self.shuffle = shuffle
+        self._env = None
+        env = _Env.acquire(self.lmdb_path)
+        try:
+            with env.env.begin() as txn:
+                entries = txn.stat()["entries"]
+                raw_keys = txn.get(_KEYS)
+                self.has_keys_record = raw_keys is not None
+                self._size = entries - 1 if self.has_keys_record else entries
+                self.keys = None
+                if shuffle:
+                    self.keys = self._keys(keys, raw_keys, txn, allow_pickle)
+                    self._size = len(self.keys)
+        finally:
+            env.release()
+        logger.info("Found %d entries in %s", self._size, self.lmdb_path)
+
+    def _keys(self, keys, raw_keys, txn, allow_pickle):
+        if isinstance(keys, str):
+            return [keys.format(i).encode("ascii") for i in range(self._size)]
+        if keys is not None:
+            return [k.encode("ascii") if isinstance(k, str) else bytes(k) for k in keys]
+        if raw_keys is not None and (allow_pickle or codec.sniff(raw_keys) == "msgpack"):
+            where = f"LMDB {self.lmdb_path}, record {_KEYS!r}"
+            found = codec.loads(raw_keys, allow_pickle=allow_pickle, where=where)
+            if not isinstance(found, list) or \
+                    not all(isinstance(k, (bytes, str)) for k in found):
+                raise LMDBFormatError(f"{where}: expected a list of keys, found "
+                                      f"{type(found).__name__}")
+            return [k.encode("ascii") if isinstance(k, str) else k for k in found]
+        return [k for k in txn.cursor().iternext(values=False) if k != _KEYS]
+
+    def __len__(self):
+        return self._size
+
+    def reset_state(self):
+        super().reset_state()
+        self._guard = DataFlowReentrantGuard()
+        self._take_env()
+
+    def _take_env(self):
+        env = _Env.acquire(self.lmdb_path)
+        old, self._env = self._env, env
+        if old is not None:
+            old.release()
+        return env
+
+    def _env_here(self):
+        env = self._env
+        if env is None or env.pid != os.getpid():
+            env = self._take_env()
+        return env
+
+    def close(self):
+        """Release this reader's use of the shared environment (``reset_state()`` takes it
+        again)."""
+        env, self._env = self._env, None
+        if env is not None:
+            env.release()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_env"] = None
+        state.pop("_guard", None)
+        return state
+
+    def _where(self, key):
+        return f"LMDB {self.lmdb_path}, record {bytes(key)!r}"
+
+    def _pairs(self, txn):
+        """(key, value) of one pass in ``txn`` (values as the transaction gives them)."""
+        if self.shuffle:
+            keys = self.keys
+            _require_rng(self).shuffle(keys)
+            get = txn.get
+            for k in keys:
+                yield k, get(k)
+        else:
+            for k, v in txn.cursor():
+                if k != _KEYS:
+                    yield k, v
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """Errors of LMDB or of the page scan, as LMDBFormatError naming the file."""
+        lmdb = _lmdb("LMDBData")
+        try:
+            yield
+        except (lmdb.Error, _lmdbscan.ScanError) as e:
+            raise LMDBFormatError(f"LMDB {self.lmdb_path}: {type(e).__name__}: {e}") from None
+
+    def __iter__(self):
+        with _guard_of(self):
+            env = self._env_here()
+            with self._reading(), env.env.begin() as txn:
+                for k, v in self._pairs(txn):
+                    yield [k, v]
+
+    def _decoded(self, allow_pickle):
+        """The decoded values of one pass (what ``LMDBSerializer.load`` yields)."""
+        with _guard_of(self):
+            env = self._env_here()
+            with self._reading():
+                scan = None if self.shuffle else env.scan()
+                if scan is not None:        # sequential: the pages, read from our own map
+                    yield from self._decode(scan, allow_pickle, None)
+                    return
+                with env.env.begin(buffers=True) as txn:
+                    yield from self._decode(self._pairs(txn), allow_pickle, env)
+
+    def _decode(self, pairs, allow_pickle, env):
+        """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
+        LMDB's map and large ones are first turned into views of our map of the file. Small
+        msgpack values (the common case of files of small records) are decoded in batches."""
+        loads, zero_copy_min = codec.loads, codec.ZERO_COPY_MIN
+        batch, batch_keys = codec.SmallBatch(allow_pickle), []
+        for k, v in pairs:
+            if env is None and k == _KEYS:       # a scan sees every record
+                continue
+            if v is not None:
+                n = len(v)
+                if 0 < n < zero_copy_min and v[0] != 0x80:   # small, and not a pickle
+                    batch_keys.append(k)
+                    if batch.add(v):
+                        yield from self._flush(batch, batch_keys)
+                        batch_keys = []
+                    continue
+            if batch_keys:
+                yield from self._flush(batch, batch_keys)
+                batch_keys = []
+            if v is None:
+                raise LMDBFormatError(f"{self._where(k)}: no such record")
+            if len(v) >= zero_copy_min and env is not None:
+                v = env.view(v) or bytes(v)
+            try:
+                dp = loads(v, allow_pickle=allow_pickle)
+            except (codec.DecodeError, codec.PickleRefusedError) as e:
+                raise type(e)(f"{self._where(k)}: {e}") from None
+            yield dp
+        if batch_keys:
+            yield from self._flush(batch, batch_keys)
+
+    def _flush(self, batch, keys):
+        try:
+            dps = batch.decode()
+        except codec.BatchError as b:
+            yield from b.done
+            e, where = b.error, self._where(keys[b.index])
+            if isinstance(e, codec.PickleRefusedError):
+                raise codec.PickleRefusedError(f"{where}: {e}") from None
+            raise codec.DecodeError(f"{where}: the value is neither a pickle nor valid "
+                                    f"msgpack(-numpy): {type(e).__name__}: {e}") from None
+        yield from dps
+
+
+class _DecodedLMDBData(DataFlow):
+    """What ``LMDBSerializer.load`` returns: the decoded datapoints of an :class:`LMDBData`
+    (``self.ds``), in its order."""
+
+    def __init__(self, ds, allow_pickle):
+        self.ds = ds
+        self.allow_pickle = allow_pickle
+
+    def reset_state(self):
+        self.ds.reset_state()
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __iter__(self):
+        return self.ds._decoded(self.allow_pickle)
+
+
+class LMDBDataDecoder(MapData):
+    """``decoder(key, value)`` applied to every ``[key, value]`` of ``lmdb_data`` (an
+    :class:`LMDBData`); a ``None`` result drops the record, as in tensorpack."""
+
+    def __init__(self, lmdb_data, decoder):
+        self.decoder = decoder
+        super().__init__(lmdb_data, self._decode)
+
+    def _decode(self, dp):
+        return self.decoder(dp[0], dp[1])
+
+
+def CaffeLMDB(lmdb_path, shuffle=True, keys=None):
+    """An LMDB written by Caffe: datapoints ``[image, label]``, the image an HWC array (a view
+    of the record's CHW data: uint8 from ``data``, float32 from ``float_data``).
+
+    The ``caffe.Datum`` protobuf is parsed here (no Caffe, protoc or download). A record that is
+    not a Datum, or holds an encoded (JPEG/PNG) image, raises an error naming the file and key.
+    """
+    _lmdb("CaffeLMDB")
+    return LMDBDataDecoder(LMDBData(lmdb_path, shuffle=shuffle, keys=keys),
+                           _CaffeDecoder(os.fspath(lmdb_path)))
+
+
+class _CaffeDecoder:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, key, value):
+        where = f"LMDB {self.path}, record {bytes(key)!r}"
+        if value is None:
+            raise LMDBFormatError(f"{where}: no such record")
+        try:
+            datum = _parse_datum(value)
+        except ValueError as e:
+            raise LMDBFormatError(f"{where}: not a caffe.Datum protobuf ({e})") from None
+        c, h, w = datum.get(1, 0), datum.get(2, 0), datum.get(3, 0)
+        if datum.get(7):
+            raise LMDBFormatError(f"{where}: the Datum holds an encoded image (encoded=true); "
+                                  "decode its data bytes with an image library instead")
+        if 4 in datum and len(datum[4]):
+            img = np.frombuffer(datum[4], np.uint8)
+        elif 6 in datum:
+            img = np.asarray(datum[6], np.float32)
+        else:
+            raise LMDBFormatError(f"{where}: the Datum has neither data nor float_data")
+        if img.size != c * h * w:
+            raise LMDBFormatError(f"{where}: the Datum holds {img.size} values for "
+                                  f"channels x height x width = {c}x{h}x{w}")
+        return [img.reshape(c, h, w).transpose(1, 2, 0), datum.get(5, 0)]
+
+
+def _varint(buf, pos):
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _parse_datum(buf):
+    """The fields of a ``caffe.Datum`` message: {1: channels, 2: height, 3: width, 4: data
+    (bytes), 5: label (int32), 6: float_data (list of float), 7: encoded (bool)}. Unknown
+    fields are skipped."""
+    buf = bytes(buf)
+    out = {}
+    pos, n = 0, len(buf)
+    while pos < n:
+        tag, pos = _varint(buf, pos)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            v, pos = _varint(buf, pos)
+            if field == 5 and v >= 1 << 63:        # int32 negative: 10-byte two's complement
+                v -= 1 << 64
+            out[field] = v
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            if pos + size > n:
+                raise ValueError(f"field {field} runs past the end of the record")
+            chunk = buf[pos:pos + size]
+            pos += size
+            if field == 6:                          # packed repeated float
+                if size % 4:
+                    raise ValueError("packed float_data length is not a multiple of 4")
+                out.setdefault(6, []).extend(np.frombuffer(chunk, "<f4").tolist())
+            else:
+                out[field] = chunk
+        elif wire == 5:
+            if pos + 4 > n:
+                raise ValueError("truncated fixed32 field")
+            if field == 6:
+                out.setdefault(6, []).append(float(np.frombuffer(buf, "<f4", 1, pos)[0]))
+            pos += 4
+        elif wire == 1:
+            pos += 8
+        else:
+            raise ValueError(f"unsupported wire type {wire} of field {field}")
+        if pos > n:
+            raise ValueError("truncated record")
+    for f in (1, 2, 3):
+        if f in out and not isinstance(out[f], int):
+            raise ValueError(f"field {f} is not an integer")
+    return out
+
+
+# -- the serializer ------------------------------------------------------------------------------
+class LMDBSerializer:
+    """Write a dataflow to an LMDB and read it back, in tensorpack's layout (see the module doc).
+    """
+
+    @staticmethod
+    def save(df, path, write_frequency=5000, *, format="msgpack"):
+        """Write every datapoint of one pass of ``df`` to the LMDB ``path`` (a file that must not
+        exist, or an existing directory without ``data.mdb``).
+
+        The file is written under a temporary name beside the target and renamed when complete
+        and flushed to disk, so an error or a crash never leaves a partial LMDB at ``path``.
+
+        Args:
+            df (DataFlow): the datapoints (``reset_state()`` is called here, as in tensorpack).
+            path (str): the LMDB file or directory.
+            write_frequency (int): commit a transaction every this many datapoints (also every
+                64 MiB of values, to bound the memory held).
+            format (str): "msgpack" (default; tensorpack reads it with
+                ``TENSORPACK_SERIALIZE=msgpack``) or "pickle" (tensorpack's default).
+        """
+        lmdb = _lmdb("LMDBSerializer")
+        if not isinstance(df, DataFlow):
+            raise TypeError(f"LMDBSerializer.save: df must be a DataFlow, got {type(df).__name__}")
+        if format not in codec.FORMATS:
+            raise ValueError(f"LMDBSerializer.save: unknown format {format!r}: expected one of "
+                             f"{codec.FORMATS}")
+        write_frequency = int(write_frequency)
+        if write_frequency < 1:
+            raise ValueError(f"LMDBSerializer.save: write_frequency must be >= 1, got "
+                             f"{write_frequency}")
+        path = os.fspath(path)
+        data_file, lock_file, _ = _layout(path)
+        if os.path.exists(data_file):
+            raise FileExistsError(f"LMDB file {data_file} exists!")
+        df.reset_state()
+        tmp = f"{data_file}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp_lock = tmp + "-lock"
+        # No sync per commit: one flush to disk at the end, before the rename. (MDB_WRITEMAP
+        # measured slower in a fresh process: a page fault per 4 KiB of a new sparse file.)
+        env = lmdb.open(tmp, subdir=False, map_size=_WRITE_MAP_SIZE, readonly=False,
+                        meminit=False, map_async=True, sync=False)
+        try:
+            _write(env, df, path, write_frequency, format, lmdb)
+            env.sync(True)
+            env.close()
+            os.replace(tmp, data_file)
+            os.replace(tmp_lock, lock_file)
+        except BaseException:
+            env.close()
+            for f in (tmp, tmp_lock):
+                with contextlib.suppress(OSError):
+                    os.unlink(f)
+            raise
+
+    @staticmethod
+    def load(path, shuffle=True, *, allow_pickle=True):
+        """The datapoints of an LMDB written by :meth:`save` (or by tensorpack 0.11 with either
+        encoding; the encoding is told from the bytes).
+
+        Call ``reset_state()`` before iterating. With ``shuffle=True`` (the default, as in
+        tensorpack) each pass reads in random order; ``shuffle=False`` reads sequentially, which
+        is much faster on disk (combine it with ``LocallyShuffleData``). Arrays of msgpack
+        datapoints are read-only (see the module doc about views).
+
+        Args:
+            path (str): the LMDB file or directory.
+            shuffle (bool): random order per pass.
+            allow_pickle (bool): accept pickled datapoints. With False a pickle LMDB raises
+                ``codec.PickleRefusedError`` here: unpickling runs whatever code the file names.
+        """
+        _lmdb("LMDBSerializer")
+        ds = LMDBData(path, shuffle=shuffle, allow_pickle=allow_pickle)
+        _check_layout(ds, allow_pickle)
+        return _DecodedLMDBData(ds, allow_pickle)
+
+
+def _check_layout(ds, allow_pickle):
+    """Refuse, when loading, an LMDB that ``save`` cannot have written or that ``allow_pickle``
+    forbids, naming the file and the record."""
+    path = ds.lmdb_path
+    if not ds.has_keys_record:
+        raise LMDBFormatError(f"LMDB {path}: no {_KEYS!r} record, so it was not written by "
+                              "LMDBSerializer.save (read other LMDBs with LMDBData)")
+    if allow_pickle:
+        return
+    env = _Env.acquire(path)
+    try:
+        with env.env.begin() as txn:
+            for key, value in ((_KEYS, txn.get(_KEYS)), (b"%08d" % 0, txn.get(b"%08d" % 0))):
+                if value is not None and codec.sniff(value) == "pickle":
+                    raise codec.PickleRefusedError(
+                        f"LMDB {path}, record {key!r}: the file holds pickles (tensorpack's "
+                        "default encoding), and loading a pickle runs whatever code its bytes "
+                        "name; refused because allow_pickle=False. Pass allow_pickle=True only "
+                        "for a file you trust, or rewrite it with format='msgpack'.")
+    finally:
+        env.release()
+
+
+def _write(env, df, path, write_frequency, format, lmdb):
+    dumps = codec.dumps
+    keys = []
+    # The uncommitted datapoints, encoded again if the map must grow (MapFullError loses the
+    # transaction). Keeping the datapoints, not their encodings, lets each encoding's memory be
+    # reused by the next one: fresh memory for every 150 KB value cost more than the write.
+    pending, pending_bytes = [], 0
+    txn = env.begin(write=True)
+    try:
+        for i, dp in enumerate(df):
+            key = b"%08d" % i
+            try:
+                value = dumps(dp, format)
+            except Exception as e:
+                raise TypeError(f"LMDBSerializer.save({path!r}): datapoint {i} (a "
+                                f"{type(dp).__name__}) cannot be encoded as {format}: {e}") \
+                    from e
+            keys.append(key)
+            pending.append((key, dp))
+            pending_bytes += len(value)
+            try:
+                txn.put(key, value, append=i < 10**8)
+            except lmdb.MapFullError:
+                txn = _grow_and_replay(env, txn, pending, lmdb, format)
+            del value
+            if len(pending) >= write_frequency or pending_bytes >= _PENDING_BYTES:
+                txn.commit()
+                txn = env.begin(write=True)
+                pending, pending_bytes = [], 0
+        pending.append((_KEYS, keys))
+        try:
+            txn.put(_KEYS, dumps(keys, format))
+        except lmdb.MapFullError:
+            txn = _grow_and_replay(env, txn, pending, lmdb, format)
+        txn.commit()
+    except BaseException:
+        txn.abort()
+        raise
+
+
+def _grow_and_replay(env, txn, pending, lmdb, format):
+    """After MapFullError: abort, double the map, and put the uncommitted datapoints again."""
+    while True:
+        txn.abort()
+        env.set_mapsize(env.info()["map_size"] * 2)
+        txn = env.begin(write=True)
+        try:
+            for k, dp in pending:
+                txn.put(k, codec.dumps(dp, format))
+            return txn
+        except lmdb.MapFullError:
+            continue

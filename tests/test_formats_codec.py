@@ -1,0 +1,180 @@
+"""dataflow.formats.codec: msgpack-numpy's exact bytes, pickle, sniffing, zero-copy decoding,
+allow_pickle and errors."""
+import pickle
+
+import msgpack
+import msgpack_numpy
+import numpy as np
+import pytest
+
+from dataflow.formats import codec
+
+RNG = np.random.RandomState(0)
+VALUES = [
+    [np.arange(4, dtype="uint8").reshape(2, 2), np.int64(3), 3],
+    {"a": np.zeros((3, 5), "f4"), b"b": [1.5, "x", b"y", None, True, False], "c": 1 + 2j},
+    [np.zeros(2, dtype=[("a", "<i4"), ("b", "<f8", (2,))])],
+    [np.arange(6).reshape(2, 3).T, np.arange(10, dtype=">i4"), np.array(2.5)],
+    [np.float32(2), np.bool_(True), np.float64(1.5), -5, 2**40, -2**40, "ü" * 40, np.str_("s")],
+    [RNG.rand(100, 100), RNG.randint(0, 256, 150_000).astype("uint8"), b"z" * 70_000, 7],
+    (RNG.rand(3000, 3).T, "tuple", {"k": np.zeros(20_000, "u1")}),
+    [np.zeros(2**16, "u1"), np.zeros(2**16 - 1, "u1"), np.zeros(255, "u1"), np.zeros((0, 4))],
+    [np.array([1, "a"], dtype=object)],
+    {1: "int key"},
+    [],
+    [np.zeros(20_000, "<U3")],
+    [np.zeros((2, 200, 300), "u1"), np.zeros((5, 5, 5, 5), "<c8")],
+]
+
+
+def same(a, b):
+    if isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and \
+            (np.array_equal(a, b) if b.dtype != object else list(a) == list(b))
+    if isinstance(b, (list, tuple)):
+        return isinstance(a, list) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(b, dict):
+        return isinstance(a, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in b)
+    return a == b and (type(a) is type(b) or isinstance(b, (np.float64, np.str_)))
+
+
+@pytest.mark.parametrize("i", range(len(VALUES)))
+def test_msgpack_bytes_are_msgpack_numpys(i):
+    v = VALUES[i]
+    assert codec.dumps(v) == msgpack_numpy.packb(v, use_bin_type=True)
+    assert codec.dumps(v, "msgpack") == codec.dumps(v)
+
+
+@pytest.mark.parametrize("i", range(len(VALUES)))
+def test_round_trips_and_agrees_with_msgpack_numpy(i):
+    v = VALUES[i]
+    b = codec.dumps(v)
+    got = codec.loads(b)
+    assert same(got, v)
+    ref = msgpack_numpy.unpackb(b, raw=False, strict_map_key=False)
+    assert same(got, ref) or isinstance(v, dict)
+    assert same(codec.loads(codec.dumps(v, "pickle")), v) or isinstance(v, tuple)
+
+
+def test_both_decoders_give_the_same_values():
+    for v in VALUES:
+        b = codec.dumps(v)
+        small = msgpack.unpackb(b, raw=False, strict_map_key=False,
+                                object_hook=codec._HOOKS[True])
+        walked = codec._Walker(b, True, None).value()
+        assert same(walked, small)
+
+
+@pytest.mark.parametrize("n", [10, 3000])
+def test_datetime_arrays_which_msgpack_numpy_cannot_write(n):
+    # msgpack-numpy raises on datetime64 arrays ("cannot include dtype 'M' in a buffer"); we
+    # write the same layout (type "<M8[ns]", raw bytes), which its decoder reads
+    v = [np.arange(n).astype("M8[ns]"), 1]
+    b = codec.dumps(v)
+    for got in (codec.loads(b), msgpack_numpy.unpackb(b, raw=False)):
+        assert got[0].dtype == np.dtype("M8[ns]")
+        np.testing.assert_array_equal(got[0], v[0])
+
+
+def test_pickle_is_tensorpacks_default_protocol():
+    b = codec.dumps([1, np.zeros(3)], "pickle")
+    assert b[:2] == bytes([0x80, pickle.HIGHEST_PROTOCOL])
+    assert codec.sniff(b) == "pickle"
+
+
+def test_sniff():
+    assert codec.sniff(msgpack.packb({})) == "msgpack"           # b"\x80", the empty map
+    assert codec.sniff(codec.dumps({"a": 1})) == "msgpack"
+    for proto in (2, 3, 4, 5):
+        assert codec.sniff(pickle.dumps([1], protocol=proto)) == "pickle"
+    assert codec.loads(b"\x80") == {}
+
+
+def test_large_arrays_are_read_only_views_of_the_buffer():
+    v = [np.arange(20_000, dtype="uint8"), np.arange(10_000, dtype="float64"), 3]
+    b = codec.dumps(v)
+    # place the buffer so that the float64 data starts on an 8-byte boundary
+    data_off = len(b) - 1 - v[1].nbytes
+    pad = -data_off % 8
+    buf = bytearray(pad) + bytearray(b)
+    got = codec.loads(memoryview(buf)[pad:])
+    whole = np.frombuffer(buf, np.uint8)
+    for arr, want in zip(got[:2], v[:2]):
+        assert not arr.flags.writeable and arr.flags.aligned and not arr.flags.owndata
+        assert np.shares_memory(arr, whole)
+        np.testing.assert_array_equal(arr, want)
+    small = codec.loads(codec.dumps([np.arange(4.0)]))[0]      # the C path: a copy, read-only
+    assert not small.flags.writeable
+
+
+def test_unaligned_array_bytes_are_copied_to_aligned_memory():
+    v = [np.arange(3000, dtype="float64")]
+    b = codec.dumps(v)
+    shifted = bytearray(1) + bytearray(b)          # the data now starts one byte later
+    arr = codec.loads(memoryview(shifted)[1:])[0]
+    assert arr.flags.aligned and not arr.flags.writeable
+    np.testing.assert_array_equal(arr, v[0])
+
+
+def test_allow_pickle_false_refuses_pickles_and_object_arrays():
+    with pytest.raises(codec.PickleRefusedError, match="file f, record 3: .*allow_pickle=False"):
+        codec.loads(codec.dumps([1], "pickle"), allow_pickle=False, where="file f, record 3")
+    obj = codec.dumps([np.array([1, "a"], dtype=object)])
+    with pytest.raises(codec.PickleRefusedError, match="object array"):
+        codec.loads(obj, allow_pickle=False)
+    big_obj = codec.dumps([np.array([1, "a"], dtype=object), b"x" * 20_000])
+    with pytest.raises(codec.PickleRefusedError, match="object array"):
+        codec.loads(big_obj, allow_pickle=False)
+    assert codec.loads(codec.dumps([np.zeros(3)]), allow_pickle=False)[0].shape == (3,)
+
+
+@pytest.mark.parametrize("buf, match", [
+    (b"\x92\x01", "neither a pickle nor valid msgpack"),
+    (b"\xc1", "neither a pickle nor valid msgpack"),
+    (b"\x80\x05garbage", "does not unpickle"),
+    (codec.dumps([np.zeros(5000)])[:-3], "truncated"),
+    (codec.dumps([np.zeros(5000)]) + b"\x00", "extra data"),
+    (codec.dumps([b"x" * 20_000, 1])[:-1], "truncated"),
+], ids=["short-list", "reserved-byte", "bad-pickle", "cut-array", "extra-byte", "cut-list"])
+def test_bad_values_raise_decode_error_naming_where(buf, match):
+    with pytest.raises(codec.DecodeError, match=f"W: .*{match}"):
+        codec.loads(buf, where="W")
+
+
+def test_array_whose_data_does_not_match_its_shape():
+    good = codec.dumps([np.zeros(3000, "f8"), 1])
+    bad = good.replace(b"\xc4\x05shape\x91\xcd\x0b\xb8", b"\xc4\x05shape\x91\xcd\x0b\xb9")
+    assert bad != good
+    with pytest.raises(codec.DecodeError, match="needs 24008 bytes"):
+        codec.loads(bad)
+
+
+def test_dumps_errors():
+    with pytest.raises(ValueError, match="unknown format"):
+        codec.dumps([1], format="json")
+    with pytest.raises(TypeError, match="set"):
+        codec.dumps([{1, 2}])
+    with pytest.raises(TypeError, match="datetime64"):
+        codec.dumps([np.datetime64("2020-01-01")])
+
+
+def test_small_batch_decodes_in_order_and_finds_the_bad_value():
+    vals = [[i, np.full(3, i, "f4")] for i in range(10)]
+    batch = codec.SmallBatch(True, size=4)
+    assert [batch.add(codec.dumps(v)) for v in vals[:4]] == [False, False, False, True]
+    got = batch.decode()
+    assert [g[0] for g in got] == [0, 1, 2, 3] and not got[1][1].flags.writeable
+    assert len(batch) == 0
+    # a value missing its last item borrows the next value's first byte: found, not misread
+    bufs = [codec.dumps(v) for v in vals[:3]]
+    bufs[1] = bufs[1][:-1]
+    for b in bufs:
+        batch.add(b)
+    with pytest.raises(codec.BatchError) as err:
+        batch.decode()
+    assert err.value.index == 1 and [d[0] for d in err.value.done] == [0]
+    bad = codec.SmallBatch(False)
+    bad.add(codec.dumps([np.array([1, "a"], dtype=object)]))
+    with pytest.raises(codec.BatchError) as err:
+        bad.decode()
+    assert isinstance(err.value.error, codec.PickleRefusedError)

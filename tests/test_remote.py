@@ -1,0 +1,280 @@
+"""send_dataflow_zmq / RemoteDataZMQ: frames, encodings, the pickle refusal, CURVE, and
+tensorpack 0.11's pair on either side. Endpoints: ipc:// in a private temporary directory, or
+tcp://127.0.0.1."""
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+import dataflow as D
+from dataflow.formats import codec
+from dataflow.remote import RemoteDataZMQ, curve_keypair, send_dataflow_zmq
+from tests._tensorpack import run_tensorpack, start_tensorpack
+
+SENDER = """
+import numpy as np
+import dataflow as D
+from dataflow.remote import send_dataflow_zmq
+df = D.DataFromList([[i, np.full((3, 4), i, np.uint8), "s%d" % i] for i in range({n})],
+                    shuffle=False)
+send_dataflow_zmq(df, {addr!r}, {kwargs})
+"""
+
+
+def expected(i, n=4):
+    k = i % n
+    return [k, np.full((3, 4), k, np.uint8), f"s{k}"]
+
+
+def assert_dp(dp, i, n=4):
+    e = expected(i, n)
+    assert dp[0] == e[0] and dp[2] == e[2]
+    np.testing.assert_array_equal(dp[1], e[1])
+    assert dp[1].dtype == np.uint8
+
+
+@pytest.fixture
+def ipc_addr():
+    d = tempfile.mkdtemp(prefix="df-remote-")      # mode 0700: only we can connect
+    yield f"ipc://{d}/s"
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def free_tcp_addr():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def sender(addr, n=4, **kwargs):
+    """Our send_dataflow_zmq in a child process, ended (and reaped) on exit."""
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    code = textwrap.dedent(SENDER.format(n=n, addr=addr, kwargs=args))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+@contextlib.contextmanager
+def tensorpack_sender(addr, serialize):
+    proc = start_tensorpack(f"""
+        from tensorpack.dataflow import DataFromList, send_dataflow_zmq
+        df = DataFromList([[i, np.full((3, 4), i, np.uint8), "s%d" % i] for i in range(4)],
+                          shuffle=False)
+        send_dataflow_zmq(df, {addr!r})
+    """, serialize=serialize, cwd=os.getcwd())
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def take(df, n):
+    df.reset_state()
+    it = iter(df)
+    try:
+        return [next(it) for _ in range(n)]
+    finally:
+        it.close()
+
+
+# ------------------------------------------------------------------------------ round trips
+
+@pytest.mark.parametrize("fmt, allow_pickle", [(None, False), ("pickle", True)])
+def test_ipc_round_trip_in_order(no_leaks, ipc_addr, fmt, allow_pickle):
+    with sender(ipc_addr, format=fmt):
+        df = RemoteDataZMQ(ipc_addr, allow_pickle=allow_pickle)
+        out = take(df, 10)
+    for i, dp in enumerate(out):
+        assert_dp(dp, i)
+    assert df.cnt1 == 10
+
+
+def test_tcp_round_trip_with_sender_binding(no_leaks):
+    addr = free_tcp_addr()
+    with sender(addr, bind=True):
+        out = take(RemoteDataZMQ(addr, bind=False), 6)
+    for i, dp in enumerate(out):
+        assert_dp(dp, i)
+
+
+def test_two_addresses_count_per_address(no_leaks, ipc_addr):
+    tcp = free_tcp_addr()
+    with sender(ipc_addr), sender(tcp, n=2):
+        df = RemoteDataZMQ(ipc_addr, tcp)
+        df.reset_state()
+        it = iter(df)
+        seen = {ipc_addr: 0, tcp: 0}
+        while min(seen.values()) < 3:
+            dp = next(it)
+            assert dp[2] == f"s{dp[0]}"
+            seen[ipc_addr if df.cnt1 > seen[ipc_addr] else tcp] += 1
+        it.close()
+    assert (df.cnt1, df.cnt2) == (seen[ipc_addr], seen[tcp])
+
+
+def test_receiver_has_no_length_and_is_not_reentrant(no_leaks, ipc_addr):
+    df = RemoteDataZMQ(ipc_addr)
+    with pytest.raises(NotImplementedError):
+        len(df)
+    with sender(ipc_addr):
+        df.reset_state()
+        it = iter(df)
+        assert_dp(next(it), 0)
+        with pytest.raises(RuntimeError, match="not reentrant"):
+            next(iter(df))
+        df.close()                      # ends the running iteration, closes its sockets
+        with pytest.raises(StopIteration):
+            next(it)
+        dp = take(df, 1)[0]             # it can start again; what was queued is gone
+        assert_dp(dp, dp[0])
+
+
+# ------------------------------------------------------------------------- bad frames, args
+
+def test_pickle_frames_are_refused_unless_allowed(no_leaks, ipc_addr):
+    with sender(ipc_addr, format="pickle"):
+        df = RemoteDataZMQ(ipc_addr)
+        with pytest.raises(codec.PickleRefusedError,
+                           match=r"datapoint 1 from ipc://.*pickle.*could run code.*"
+                                 r"allow_pickle=True"):
+            take(df, 1)
+
+
+def test_a_frame_that_does_not_decode_is_named(no_leaks, ipc_addr):
+    df = RemoteDataZMQ(ipc_addr)
+    df.reset_state()
+    it = iter(df)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(ipc_addr)
+    push.send(b"\xc1 not msgpack")
+    try:
+        with pytest.raises(codec.DecodeError, match=r"datapoint 1 from ipc://.* does not decode"):
+            next(it)
+    finally:
+        push.close(0)
+        ctx.term()
+
+
+def test_zmq_ops_format_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="zmq_ops"):
+        send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", format="zmq_ops")
+    with pytest.raises(ValueError, match="unknown format"):
+        send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", format="json")
+
+
+def test_unencodable_datapoint_is_named(ipc_addr):
+    df = D.DataFromList([[1], [object()]], shuffle=False)
+    with pytest.raises(TypeError, match="datapoint 1 cannot be encoded as msgpack"):
+        send_dataflow_zmq(df, ipc_addr, hwm=10)
+
+
+# ----------------------------------------------------------------------------------- CURVE
+
+def handshake_fails(addr, server_public, client_pair=None):
+    """Connect a raw CURVE PUSH client and wait (bounded) for its handshake to fail."""
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    public, secret = client_pair or curve_keypair()
+    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = server_public, public, secret
+    mon = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                               | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                               | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                               | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        s.connect(addr)
+        s.send(codec.dumps([-1, np.zeros((3, 4), np.uint8), "bad"]))     # must never arrive
+        if not mon.poll(20000):
+            raise AssertionError("no handshake event within 20 s")
+        return recv_monitor_message(mon)["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED
+    finally:
+        s.disable_monitor()
+        mon.close(0)
+        s.close(0)
+        ctx.term()
+
+
+def test_curve_refuses_a_wrong_server_key_and_keeps_serving(no_leaks):
+    addr = free_tcp_addr()
+    server_public, server_secret = curve_keypair()
+    wrong_public, _ = curve_keypair()
+    df = RemoteDataZMQ(addr, curve_secret_key=server_secret)
+    with sender(addr, curve_server_key=server_public):
+        df.reset_state()
+        it = iter(df)
+        assert_dp(next(it), 0)
+        assert handshake_fails(addr, wrong_public)
+        out = [next(it) for _ in range(8)]
+        it.close()
+    for i, dp in enumerate(out, start=1):
+        assert_dp(dp, i)                # nothing from the refused client in between
+
+
+def test_curve_client_allowlist(no_leaks):
+    addr = free_tcp_addr()
+    server_public, server_secret = curve_keypair()
+    good, stranger = curve_keypair(), curve_keypair()
+    df = RemoteDataZMQ(addr, curve_secret_key=server_secret, curve_client_keys=[good[0]])
+    with sender(addr, curve_server_key=server_public, curve_client_keypair=good):
+        df.reset_state()
+        it = iter(df)
+        assert_dp(next(it), 0)
+        assert handshake_fails(addr, server_public, stranger)     # right server key, unlisted
+        out = [next(it) for _ in range(5)]
+        it.close()
+    for i, dp in enumerate(out, start=1):
+        assert_dp(dp, i)
+
+
+def test_curve_arguments_are_checked():
+    _, secret = curve_keypair()
+    with pytest.raises(ValueError, match="tcp://"):
+        RemoteDataZMQ("ipc:///tmp/x", curve_secret_key=secret)
+    with pytest.raises(ValueError, match="curve_client_keys needs curve_secret_key"):
+        RemoteDataZMQ("tcp://127.0.0.1:1", curve_client_keys=[b"x" * 40])
+    with pytest.raises(ValueError, match="tcp://"):
+        send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///tmp/x", curve_server_key=b"x" * 40)
+
+
+# ---------------------------------------------------------------------- tensorpack, both ways
+
+@pytest.mark.parametrize("serialize, allow_pickle", [("pickle", True), ("msgpack", False)])
+def test_tensorpack_sender_to_our_receiver(no_leaks, ipc_addr, serialize, allow_pickle):
+    with tensorpack_sender(ipc_addr, serialize):
+        out = take(RemoteDataZMQ(ipc_addr, allow_pickle=allow_pickle), 6)
+    for i, dp in enumerate(out):
+        assert_dp(dp, i)
+
+
+@pytest.mark.parametrize("fmt, serialize", [(None, "msgpack"), ("pickle", "pickle")])
+def test_our_sender_to_tensorpack_receiver(no_leaks, ipc_addr, fmt, serialize):
+    with sender(ipc_addr, format=fmt):
+        out = run_tensorpack(f"""
+            import json
+            from tensorpack.dataflow import RemoteDataZMQ
+            df = RemoteDataZMQ({ipc_addr!r})
+            df.reset_state()
+            it = iter(df)
+            dps = [next(it) for _ in range(6)]
+            print(json.dumps([[int(dp[0]), dp[1].tolist(), dp[1].dtype.str, dp[2]]
+                              for dp in dps]))
+        """, serialize=serialize)
+    got = json.loads(out.strip().splitlines()[-1])
+    for i, (k, arr, dtype, s) in enumerate(got):
+        assert_dp([k, np.array(arr, dtype=dtype), s], i)
