@@ -101,6 +101,7 @@ def set_datapoint_key(key):
     the generator of the last key is reused while the key is the very same object.)"""
     _local.key = key
     _local.cached = None
+    _local.cached_rs = None
 
 
 def datapoint_rng():
@@ -122,3 +123,27 @@ def datapoint_rng():
         g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
     _local.cached = (key, g)
     return g
+
+
+def datapoint_random_state():
+    """A ``numpy.random.RandomState`` for the datapoint being mapped in this thread, or ``None``
+    outside a map (no datapoint key set).
+
+    The legacy-API twin of :func:`datapoint_rng`, for code written against ``RandomState``
+    (image augmentors: ``rng.uniform``, ``rng.randint``, ``rng.rand``, ...). It is derived
+    from the global seed and the datapoint key as well, on a stream distinct from
+    :func:`datapoint_rng`'s, and repeated calls for one datapoint continue one stream, so with
+    :func:`set_seed` the draws depend only on the seed, the datapoint key and the order of
+    calls inside the map function, never on the worker or the executor.
+    """
+    key = getattr(_local, "key", None)
+    if key is None:
+        return None
+    cached = getattr(_local, "cached_rs", None)  # (key, RandomState) of the last call
+    if cached is not None and cached[0] is key:
+        return cached[1]
+    seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
+    rs = np.random.RandomState(np.random.PCG64(
+        np.random.SeedSequence(seed, spawn_key=tuple(key) + (1,))))
+    _local.cached_rs = (key, rs)
+    return rs
