@@ -315,3 +315,13 @@ class _AugmentorTransform(PhotometricTransform):
     @property
     def name(self):
         return "from " + str(self.aug)
+
+
+def shape2d(a):
+    """``[a, a]`` for an int (a numpy integer included), ``list(a)`` for a pair; otherwise
+    ``RuntimeError("Illegal shape")`` (tensorpack's helper)."""
+    if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+        return [int(a), int(a)]
+    if isinstance(a, (list, tuple)) and len(a) == 2:
+        return list(a)
+    raise RuntimeError(f"Illegal shape: {a!r}")
