@@ -25,6 +25,10 @@ from .parallel.supervisor import WorkerCrashedError
 from .stats import (enable_stats, format_stats, log_stats, print_stats, reset_stats, stats,
                     stats_enabled)
 
+# tensorpack's image dataflows (OpenCV and dataflow.imgaug are imported on use)
+from .image import (AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates,
+                    ImageFromFile)
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner

@@ -469,7 +469,10 @@ class MapData(ProxyDataFlow):
         func, local = self.func, _rng._local
         for i, dp in enumerate(self.ds):
             local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
-            ret = func(copy(dp))
+            try:
+                ret = func(copy(dp))
+            finally:
+                local.key = None               # outside the map call, no datapoint's stream
             if ret is None:
                 continue
             if ret.__class__ is GeneratorType:

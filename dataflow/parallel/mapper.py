@@ -22,6 +22,7 @@ import numpy as np
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
 from ..rng import set_datapoint_key
 from ..stats import ParallelStats
+from . import cvthreads
 from .autotune import AutoTuner
 
 __all__ = ["ParallelMapData", "Executor", "run_chunk", "WorkerError", "WorkerTraceback",
@@ -131,6 +132,7 @@ def run_chunk(func, run, items, stop=None):
     """
     out = []
     t0 = time.perf_counter()
+    cvthreads.apply_pending()       # the map function may have imported cv2 since the last chunk
     for seq, index, dp in items:
         set_datapoint_key((run, index))
         try:

@@ -39,7 +39,7 @@ from .. import config, rng
 from .mapper import CLOSED_WHILE_ITERATING, ParallelMapData, WorkerError, func_name, run_chunk
 from .allocator import ZeroCopySwitch
 from .shm import SegmentPool, SegmentReader
-from . import shm, transport
+from . import cvthreads, shm, transport
 from .supervisor import (WorkerCrashedError, check_workers, describe_exit, die_with_parent,
                          process_alive)
 from .policy import choose_executor, describe_choice
@@ -174,7 +174,7 @@ def _take_messages(sock, pool, tasks):
 
 
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
-                 forked_by_consumer, nice):
+                 forked_by_consumer, nice, cv_threads):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -188,6 +188,7 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
+    cvthreads.set_process_limit(cv_threads)
     context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
     sock.bind(endpoint)
@@ -419,6 +420,7 @@ class ProcessExecutor:
             self._pdeathsig = method != "fork" or \
                 threading.current_thread() is threading.main_thread()
             self._workers = [None] * num_workers
+            self._cv_threads = cvthreads.threads_for(num_workers)
             for wid in range(num_workers):
                 self._workers[wid] = self._spawn(wid)
         except BaseException:
@@ -434,7 +436,7 @@ class ProcessExecutor:
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
                   os.getpid(), self._pdeathsig, self.start_method != "forkserver",
-                  config.worker_nice()))
+                  config.worker_nice(), self._cv_threads))
         try:
             with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
