@@ -92,7 +92,14 @@ def seed_worker(wid, seed):
 # workers or the executor, so their randomness is keyed by the datapoint, not by the worker:
 # whoever applies a map function to datapoint ``index`` of pass ``epoch`` (serial MapData or a
 # parallel worker) sets that key first, and datapoint_rng() derives a generator from it.
-_local = threading.local()
+class _DatapointLocal(threading.local):
+    # class attributes are every thread's defaults: reading an unset key costs no exception
+    key = None
+    cached = None
+    cached_rs = None
+
+
+_local = _DatapointLocal()
 
 
 def set_datapoint_key(key):
@@ -136,10 +143,10 @@ def datapoint_random_state():
     :func:`set_seed` the draws depend only on the seed, the datapoint key and the order of
     calls inside the map function, never on the worker or the executor.
     """
-    key = getattr(_local, "key", None)
+    key = _local.key
     if key is None:
         return None
-    cached = getattr(_local, "cached_rs", None)  # (key, RandomState) of the last call
+    cached = _local.cached_rs                    # (key, RandomState) of the last call
     if cached is not None and cached[0] is key:
         return cached[1]
     seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")

@@ -216,3 +216,20 @@ def test_paste_coords_shift_by_the_position():
     out = t.apply_image(img)
     np.testing.assert_array_equal(out[5:15, 10:30], img)
     assert out[:5].sum() == 0
+
+
+@pytest.mark.parametrize("make_view", [lambda a: a[3:17, 5:25], lambda a: a[:, ::-1],
+                                       lambda a: a.swapaxes(0, 1), lambda a: a[::2, 1:]])
+def test_opencv_transforms_read_views_correctly(make_view):
+    img = image(dtype=np.float32)
+    view = make_view(img)
+    dense = np.ascontiguousarray(view)
+    h, w = view.shape[:2]
+    np.testing.assert_array_equal(imgaug.ResizeTransform(h, w, 9, 11, 1).apply_image(view),
+                                  cv2.resize(dense, (11, 9)))
+    mat = np.array([[1, 0.1, 2], [0, 1, 1]], np.float32)
+    np.testing.assert_array_equal(WarpAffineTransform(mat, (w, h)).apply_image(view),
+                                  cv2.warpAffine(dense, mat, (w, h)))
+    aug = imgaug.Brightness(30)
+    aug.rng = FixedRNG(12.0)
+    np.testing.assert_allclose(aug.augment(view), np.clip(dense + 12, 0, 255), rtol=1e-6)

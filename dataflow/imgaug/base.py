@@ -53,6 +53,7 @@ logger = logging.getLogger("dataflow")
 
 ImagePlaceholder = namedtuple("ImagePlaceholder", ["shape"])
 
+_local = _rng._local         # the thread's datapoint key (set by whoever applies a map)
 _pid = os.getpid()           # this process; an augmentor's own rng is reseeded when it differs
 
 
@@ -109,12 +110,11 @@ class ImageAugmentor:
     @property
     def rng(self):
         """The datapoint's ``RandomState`` inside a map, else this augmentor's own."""
-        rs = _rng.datapoint_random_state()
-        if rs is not None:
-            return rs
+        if _local.key is not None:
+            return _rng.datapoint_random_state()
         d = self.__dict__
         own = d.get("_own_rng")
-        if own is None or d.get("_own_rng_pid") != _pid:
+        if own is None or d["_own_rng_pid"] != _pid:
             own = self._reseed()
         return own
 

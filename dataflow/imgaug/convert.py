@@ -3,8 +3,9 @@
 import numpy as np
 
 from ._cv import cv2
+from .transform import cv_input
 from .base import PhotometricAugmentor
-from .imgproc import clip_inplace
+from .imgproc import to_uint8
 
 __all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
 
@@ -20,7 +21,7 @@ class ColorSpace(PhotometricAugmentor):
         self._init(locals())
 
     def _augment(self, img, _):
-        out = cv2().cvtColor(np.ascontiguousarray(img), self.mode)
+        out = cv2().cvtColor(cv_input(img), self.mode)
         if self.keepdims and out.ndim != img.ndim and out.ndim == 2:
             out = out[:, :, np.newaxis]
         return out
@@ -57,11 +58,7 @@ class ToUint8(PhotometricAugmentor):
         super().__init__()
 
     def _augment(self, img, _):
-        if img.dtype == np.uint8:
-            return img
-        if img.dtype.kind == "f":
-            return clip_inplace(img.astype(np.float32)).astype(np.uint8)
-        return np.clip(img, 0, 255).astype(np.uint8)
+        return to_uint8(img)
 
 
 class ToFloat32(PhotometricAugmentor):

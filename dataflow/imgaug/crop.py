@@ -31,8 +31,9 @@ class RandomCrop(ImageAugmentor):
     def get_transform(self, img):
         h, w = self.crop_shape
         _check_fits(img, h, w, "RandomCrop")
-        y0 = self.rng.randint(img.shape[0] - h + 1)
-        x0 = self.rng.randint(img.shape[1] - w + 1)
+        rng = self.rng
+        y0 = rng.randint(img.shape[0] - h + 1)
+        x0 = rng.randint(img.shape[1] - w + 1)
         return CropTransform(int(y0), int(x0), h, w)
 
 
@@ -70,12 +71,13 @@ class RandomCropRandomShape(ImageAugmentor):
         H, W = img.shape[:2]
         hmax = self.hmax or H
         wmax = self.wmax or W
-        h = int(self.rng.randint(self.hmin, hmax + 1))
-        w = int(self.rng.randint(self.wmin, wmax + 1))
+        rng = self.rng
+        h = rng.randint(self.hmin, hmax + 1)
+        w = rng.randint(self.wmin, wmax + 1)
         _check_fits(img, h, w, "RandomCropRandomShape")
-        y0 = int(self.rng.randint(H - h + 1))
-        x0 = int(self.rng.randint(W - w + 1))
-        return CropTransform(y0, x0, h, w)
+        y0 = rng.randint(H - h + 1)
+        x0 = rng.randint(W - w + 1)
+        return CropTransform(int(y0), int(x0), int(h), int(w))
 
 
 class GoogleNetRandomCropAndResize(ImageAugmentor):
@@ -127,18 +129,18 @@ class RandomCutout(PhotometricAugmentor):
         super().__init__()
         self._init(locals())
 
-    def _size(self, r):
-        if isinstance(r, (int, np.integer)):
-            return int(r)
-        return int(self.rng.randint(r[0], r[1]))
-
     def _get_augment_params(self, img):
         H, W = img.shape[:2]
-        h = min(self._size(self.h_range), H)
-        w = min(self._size(self.w_range), W)
-        x0 = int(self.rng.randint(0, W + 1 - w))
-        y0 = int(self.rng.randint(0, H + 1 - h))
-        return y0, x0, h, w
+        rng = self.rng
+        h, w = self.h_range, self.w_range
+        if not isinstance(h, (int, np.integer)):
+            h = rng.randint(h[0], h[1])
+        if not isinstance(w, (int, np.integer)):
+            w = rng.randint(w[0], w[1])
+        h, w = min(h, H), min(w, W)
+        x0 = rng.randint(0, W + 1 - w)
+        y0 = rng.randint(0, H + 1 - h)
+        return int(y0), int(x0), int(h), int(w)
 
     def _augment(self, img, param):
         y0, x0, h, w = param

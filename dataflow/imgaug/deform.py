@@ -3,6 +3,7 @@ exported by :mod:`dataflow.imgaug`; importable from here, as there)."""
 import numpy as np
 
 from ._cv import cv2
+from .transform import cv_input
 from .base import ImageAugmentor
 from .transform import Transform
 
@@ -31,7 +32,7 @@ class _RemapTransform(Transform):
 
     def apply_image(self, img):
         c = cv2()
-        out = c.remap(np.ascontiguousarray(img), self.map_x, self.map_y, c.INTER_LINEAR,
+        out = c.remap(cv_input(img), self.map_x, self.map_y, c.INTER_LINEAR,
                       borderMode=c.BORDER_REPLICATE)
         return out.reshape(img.shape)
 

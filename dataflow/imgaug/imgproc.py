@@ -20,6 +20,7 @@ import logging
 import numpy as np
 
 from ._cv import cv2
+from .transform import cv_input
 from .base import PhotometricAugmentor
 
 __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
@@ -53,6 +54,19 @@ def clip_inplace(img, lo=0.0, hi=255.0):
     return np.clip(img, lo, hi, out=img)
 
 
+def to_uint8(img):
+    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack), in three light passes
+    for a float image (OpenCV thresholds, then the cast)."""
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype in (np.float32, np.float64):
+        c = cv2()
+        src = cv_input(img)
+        out = _keep_shape(c.threshold(src, 255, 255, c.THRESH_TRUNC)[1], img)
+        return clip_inplace(out).astype(np.uint8)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
 def channel_affine(img, mat, clip):
     """``out[..., c] = sum_k mat[c, k] * img[..., k] + mat[c, C]`` for an image of ``C``
     channels (a 2-D image has one), in the input dtype. uint8 is saturated and rounded; a float
@@ -62,7 +76,7 @@ def channel_affine(img, mat, clip):
     if dtype != np.uint8 and dtype != np.float32:
         img = img.astype(np.float32)
     if C <= 4:
-        src = img if img.flags.c_contiguous else np.ascontiguousarray(img)
+        src = cv_input(img)
         out = _keep_shape(cv2().transform(src, mat), img)
     else:
         out = np.tensordot(img.astype(np.float32, copy=False), mat[:, :C].T.astype(np.float32),
@@ -89,7 +103,7 @@ def channel_means(img):
     """Per-channel means (a length-C float64 array; length 1 for a 2-D image)."""
     C = _channels(img)
     if C <= 4:
-        src = img if img.flags.c_contiguous else np.ascontiguousarray(img)
+        src = cv_input(img)
         return np.array(cv2().mean(src)[:C])
     return img.reshape(-1, C).mean(axis=0, dtype=np.float64)
 
@@ -125,7 +139,7 @@ class Hue(PhotometricAugmentor):
         dtype = img.dtype
         if dtype != np.uint8 and dtype != np.float32:
             img = img.astype(np.float32)
-        hsv = c.cvtColor(np.ascontiguousarray(img), to_hsv)
+        hsv = c.cvtColor(cv_input(img), to_hsv)
         h, s, v = c.split(hsv)
         if hsv.dtype == np.uint8:
             lut = ((np.arange(256) + hue) % 180).astype(np.uint8)
@@ -251,7 +265,7 @@ class GaussianBlur(PhotometricAugmentor):
     def _augment(self, img, p):
         sx, sy, sigx, sigy = p
         c = cv2()
-        out = c.GaussianBlur(np.ascontiguousarray(img), (sx, sy), sigmaX=sigx, sigmaY=sigy,
+        out = c.GaussianBlur(cv_input(img), (sx, sy), sigmaX=sigx, sigmaY=sigy,
                              borderType=c.BORDER_REPLICATE)
         return out.reshape(img.shape)
 
@@ -274,9 +288,8 @@ class Gamma(PhotometricAugmentor):
         lut = (np.arange(256, dtype=np.float64) / 255) ** (1.0 / (1.0 + float(gamma))) * 255
         lut = np.clip(np.rint(lut), 0, 255).astype(np.uint8)
         dtype = img.dtype
-        if dtype != np.uint8:
-            img = clip_inplace(img.astype(np.float32)).astype(np.uint8)
-        out = _keep_shape(cv2().LUT(np.ascontiguousarray(img), lut), img)
+        img = to_uint8(img)
+        out = _keep_shape(cv2().LUT(cv_input(img), lut), img)
         return out.astype(dtype, copy=False)
 
 

@@ -8,8 +8,9 @@ float64 ``randn``/``uniform`` of tensorpack.
 import numpy as np
 
 from ._cv import cv2
+from .transform import cv_input
 from .base import PhotometricAugmentor
-from .imgproc import clip_inplace
+from .imgproc import clip_inplace, to_uint8
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
 
@@ -35,8 +36,8 @@ class JpegNoise(PhotometricAugmentor):
     def _augment(self, img, q):
         c = cv2()
         dtype = img.dtype
-        src = img if dtype == np.uint8 else clip_inplace(img.astype(np.float32)).astype(np.uint8)
-        ok, enc = c.imencode(".jpg", np.ascontiguousarray(src), [c.IMWRITE_JPEG_QUALITY, q])
+        src = to_uint8(img)
+        ok, enc = c.imencode(".jpg", cv_input(src), [c.IMWRITE_JPEG_QUALITY, q])
         if not ok:
             raise ValueError(f"JpegNoise: cannot encode an image of shape {img.shape}")
         flag = c.IMREAD_COLOR if img.ndim == 3 and img.shape[2] == 3 else c.IMREAD_GRAYSCALE

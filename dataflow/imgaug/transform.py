@@ -99,9 +99,18 @@ def _keep_channel_axis(out, img):
     return out
 
 
-def _cv_input(img):
-    # OpenCV needs positive strides; a flipped or transposed view is copied once here
+def cv_input(img):
+    """``img`` itself when OpenCV can read it without a copy: C-contiguous, or a crop of a
+    C-contiguous array (rows apart, each row contiguous, as an OpenCV ROI); otherwise (a
+    flipped or transposed view) a contiguous copy."""
     if img.flags.c_contiguous:
+        return img
+    s, item = img.strides, img.itemsize
+    if img.ndim == 2:
+        inner_ok = s[1] == item
+    else:
+        inner_ok = s[2] == item and s[1] == item * img.shape[2]
+    if inner_ok and s[0] >= s[1] * img.shape[1]:
         return img
     return np.ascontiguousarray(img)
 
@@ -117,7 +126,7 @@ class ResizeTransform(Transform):
         if img.shape[:2] != (self.h, self.w):
             raise ValueError(f"ResizeTransform expects an image of size {(self.h, self.w)}, "
                              f"got shape {img.shape}")
-        out = cv2().resize(_cv_input(img), (self.new_w, self.new_h), interpolation=self.interp)
+        out = cv2().resize(cv_input(img), (self.new_w, self.new_h), interpolation=self.interp)
         return _keep_channel_axis(out, img)
 
     def apply_coords(self, coords):
@@ -152,7 +161,7 @@ class WarpAffineTransform(Transform):
         self._init(locals())
 
     def apply_image(self, img):
-        out = cv2().warpAffine(_cv_input(img), self.mat, self.dsize, flags=self.interp,
+        out = cv2().warpAffine(cv_input(img), self.mat, self.dsize, flags=self.interp,
                                borderMode=self.borderMode, borderValue=self.borderValue)
         return _keep_channel_axis(out, img)
 
