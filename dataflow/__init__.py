@@ -29,6 +29,9 @@ from .stats import (enable_stats, format_stats, log_stats, print_stats, reset_st
 from .image import (AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates,
                     ImageFromFile)
 
+# tensorpack's image augmentors, as ``dataflow.imgaug`` (cheap: OpenCV is imported on first use)
+from . import imgaug
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
