@@ -28,13 +28,15 @@ _lock = threading.Lock()
 _seed = None
 _counter = itertools.count()
 _worker_id = -1
+_generation = 0          # bumped by set_seed/seed_worker: cached per-datapoint streams expire
 
 
 def set_seed(seed):
     """Make every random stream of the library reproducible from ``seed`` (an int ``>= 0``), or
     return to OS entropy with ``None``. Also seeds ``random`` and ``numpy.random`` in this process.
     """
-    global _seed, _counter
+    global _seed, _counter, _generation
+    _generation += 1
     if seed is not None:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
@@ -74,7 +76,8 @@ def get_rng(obj=None):
 def seed_worker(wid, seed):
     """Called once in each worker process, before it runs any user code, with the consuming
     process's global seed (a spawned process does not inherit it); see the module doc."""
-    global _worker_id, _counter, _seed
+    global _worker_id, _counter, _seed, _generation
+    _generation += 1
     _worker_id = int(wid)
     with _lock:
         _counter = itertools.count()
@@ -142,15 +145,23 @@ def datapoint_random_state():
     :func:`datapoint_rng`'s, and repeated calls for one datapoint continue one stream, so with
     :func:`set_seed` the draws depend only on the seed, the datapoint key and the order of
     calls inside the map function, never on the worker or the executor.
+
+    "One datapoint" is one key *value* in this thread since the last :func:`set_seed` or
+    :func:`set_datapoint_key`: serial maps chained in one thread (``MapData(MapData(ds, f),
+    g)``) set equal keys for the same datapoint, and ``g`` continues the stream ``f`` drew
+    from instead of restarting it (which would give ``g`` the very draws of ``f``).
     """
     key = _local.key
     if key is None:
         return None
-    cached = _local.cached_rs                    # (key, RandomState) of the last call
-    if cached is not None and cached[0] is key:
-        return cached[1]
+    cached = _local.cached_rs                    # (key, generation, RandomState) of the last call
+    if cached is not None and (cached[0] is key or
+                               (cached[1] == _generation and cached[0] == key)):
+        if cached[0] is not key:
+            _local.cached_rs = (key, _generation, cached[2])
+        return cached[2]
     seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
     rs = np.random.RandomState(np.random.PCG64(
         np.random.SeedSequence(seed, spawn_key=tuple(key) + (1,))))
-    _local.cached_rs = (key, rs)
+    _local.cached_rs = (key, _generation, rs)
     return rs

@@ -413,3 +413,26 @@ def test_user_subclasses_are_not_native_unless_marked():
     assert is_native_augmentor(imgaug.RandomOrderAug([imgaug.Brightness(3)]))
     assert not is_native_augmentor(imgaug.MapImage(lambda x: x))
     assert is_native_augmentor(imgaug.MapImage(dataflow.native(lambda x: x)))
+
+
+class Draw(imgaug.ImageAugmentor):
+    """Replaces the image by one number drawn from its rng."""
+
+    def get_transform(self, img):
+        v = float(self.rng.randint(10**9))
+        return imgaug.TransformFactory(apply_image=lambda im: np.full(1, v))
+
+
+def test_chained_serial_maps_draw_independently_and_reproducibly():
+    def run():
+        dataflow.set_seed(8)
+        a, b = Draw(), Draw()
+        ds = DataFromList([[np.zeros(1), np.zeros(1)] for _ in range(4)], shuffle=False)
+        ds = MapData(ds, lambda dp: [a.augment(dp[0]), dp[1]])
+        ds = MapData(ds, lambda dp: [dp[0], b.augment(dp[1])])
+        ds.reset_state()
+        return [(float(x[0]), float(y[0])) for x, y in ds]
+    first = run()
+    assert first == run()
+    assert all(x != y for x, y in first)          # b does not repeat a's draws
+    assert len({x for x, _ in first}) == 4
