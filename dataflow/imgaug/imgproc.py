@@ -55,16 +55,20 @@ def clip_inplace(img, lo=0.0, hi=255.0):
 
 
 def to_uint8(img):
-    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack), in three light passes
-    for a float image (OpenCV thresholds, then the cast)."""
+    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack); a uint8 image is
+    returned as is."""
     if img.dtype == np.uint8:
         return img
-    if img.dtype in (np.float32, np.float64):
-        c = cv2()
-        src = cv_input(img)
-        out = _keep_shape(c.threshold(src, 255, 255, c.THRESH_TRUNC)[1], img)
-        return clip_inplace(out).astype(np.uint8)
     return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _per_channel(reduce, img):
+    """``reduce`` (``np.minimum``/``np.maximum``) of each channel, as a float64 array of length
+    C: reduced first along the rows of an ``H x (W*C)`` view, so numpy's inner loops run over
+    whole rows rather than over the C values of one pixel."""
+    C = _channels(img)
+    rows = np.ascontiguousarray(img).reshape(img.shape[0], -1)
+    return reduce.reduce(reduce.reduce(rows, axis=0).reshape(-1, C), axis=0).astype(np.float64)
 
 
 def channel_affine(img, mat, clip):
@@ -144,9 +148,9 @@ class Hue(PhotometricAugmentor):
         if hsv.dtype == np.uint8:
             lut = ((np.arange(256) + hue) % 180).astype(np.uint8)
             h = c.LUT(h, lut)
-        else:   # float hue is in degrees, [0, 360)
-            h += np.float32(2 * hue)
-            np.mod(h, 360, out=h)
+        else:   # float hue is in degrees, [0, 360): add the shift, wrap once
+            h += np.float32((2 * float(hue)) % 360)
+            np.subtract(h, 360, out=h, where=h >= 360)
         out = c.cvtColor(c.merge([h, s, v]), back)
         return out.astype(dtype, copy=False)
 
@@ -220,20 +224,20 @@ class MeanVarianceNormalize(PhotometricAugmentor):
         self._init(locals())
 
     def _augment(self, img, _):
-        out = img.astype(np.float32)
         floor = 1.0 / np.sqrt(img.size)
+        C = _channels(img)
+        src = np.ascontiguousarray(img)
         if self.all_channel:
-            flat = out.reshape(out.shape[0], -1)
-            mean, std = (v[0, 0] for v in cv2().meanStdDev(flat))
-            std = max(std, floor)
-            return channel_affine(out, _diag(_channels(out), 1.0 / std, -mean / std),
-                                  clip=False)
-        C = _channels(out)
-        flat = out.reshape(-1, C)
-        mean = flat.mean(axis=0, dtype=np.float64) if C > 4 else channel_means(out)
-        std = flat.std(axis=0, dtype=np.float64) if C > 4 else \
-            cv2().meanStdDev(out)[1].ravel()[:C]
-        std = np.maximum(std, floor)
+            mean, std = (float(v[0, 0]) for v in cv2().meanStdDev(src.reshape(src.shape[0], -1)))
+            mean, std = np.full(C, mean), np.full(C, max(std, floor))
+        elif C <= 4:
+            mean, std = (v.ravel()[:C] for v in cv2().meanStdDev(src))
+            std = np.maximum(std, floor)
+        else:
+            flat = src.reshape(-1, C)
+            mean = flat.mean(axis=0, dtype=np.float64)
+            std = np.maximum(flat.std(axis=0, dtype=np.float64), floor)
+        out = src if src.dtype == np.float32 else src.astype(np.float32)
         return channel_affine(out, _diag(C, 1.0 / std, -mean / std), clip=False)
 
 
@@ -303,8 +307,6 @@ class Clip(PhotometricAugmentor):
         self._init(locals())
 
     def _augment(self, img, _):
-        if img.dtype.kind == "f":
-            return clip_inplace(img.copy(), self.min, self.max)
         return np.clip(img, self.min, self.max)
 
 
@@ -368,15 +370,12 @@ class MinMaxNormalize(PhotometricAugmentor):
         self._init(locals())
 
     def _augment(self, img, _):
-        out = img.astype(np.float32)
-        C = _channels(out)
+        C = _channels(img)
         if self.all_channel:
-            flat = out.reshape(out.shape[0], -1)
-            lo, hi = cv2().minMaxLoc(flat)[:2]
-            lo, hi = np.full(C, lo), np.full(C, hi)
+            lo, hi = np.full(C, float(img.min())), np.full(C, float(img.max()))
         else:
-            flat = out.reshape(-1, C)
-            lo, hi = flat.min(axis=0).astype(np.float64), flat.max(axis=0).astype(np.float64)
+            lo, hi = _per_channel(np.minimum, img), _per_channel(np.maximum, img)
         span = hi - lo
         scale = np.where(span > 0, (self.max - self.min) / np.where(span > 0, span, 1), 0.0)
+        out = img if img.dtype == np.float32 else img.astype(np.float32)
         return channel_affine(out, _diag(C, scale, self.min - lo * scale), clip=False)
