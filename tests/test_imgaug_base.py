@@ -436,3 +436,20 @@ def test_chained_serial_maps_draw_independently_and_reproducibly():
     assert first == run()
     assert all(x != y for x, y in first)          # b does not repeat a's draws
     assert len({x for x, _ in first}) == 4
+
+
+def test_augmentors_and_transforms_pickle():
+    import copy
+
+    import cloudpickle
+    augs = imgaug.AugmentorList([imgaug.Flip(horiz=True), imgaug.Resize((8, 9)),
+                                 imgaug.Brightness(10), OldShift(3)])
+    img = img_u8()
+    for clone in (pickle.loads(pickle.dumps(augs)), cloudpickle.loads(cloudpickle.dumps(augs)),
+                  copy.deepcopy(augs)):
+        assert [type(a) for a in clone.augmentors] == [type(a) for a in augs.augmentors]
+        assert clone.augment(img).shape == (8, 9, 3)
+    tfms = augs.get_transform(img)
+    out = tfms.apply_image(img)
+    again = pickle.loads(pickle.dumps(tfms)).apply_image(img)
+    np.testing.assert_array_equal(out, again)
