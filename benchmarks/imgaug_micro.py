@@ -8,10 +8,9 @@ Every augmentor is built with the same arguments in both libraries and applied w
 structure, ``H x W x 3``). Augmentors that modify their input in place (``SaltPepperNoise``,
 ``RandomCutout``) get a fresh copy per call, in both libraries. Each cell is the median over
 ``--repeats`` runs of the mean time of ``--number`` calls; the two libraries are interleaved run
-by run so that machine noise hits both alike. Before each run both augmentors (and their members) get the same ``RandomState`` seed, so
-they draw the same parameters where they draw them in the same order. ``ratio`` = tensorpack
-time / ours (above 1: ours
-is faster). OpenCV runs with ``--cv-threads`` threads (default 1: the per-core cost, as in a
+by run so that machine noise hits both alike. Before each run both augmentors (and their
+members) get the same ``RandomState`` seed, so they draw the same parameters where they draw
+them in the same order. ``ratio`` = tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads (default 1: the per-core cost, as in a
 map worker). A row whose tensorpack call fails (e.g. its ``Affine`` on current OpenCV) says so.
 The last rows are tensorpack's ImageNet training chain (``fbresnet_augmentor(True)``).
 """

@@ -48,7 +48,7 @@ def fixed(aug, *values):
     return aug
 
 
-# -- all augmentors: shape, dtype, range ------------------------------------------------------------
+# -- all augmentors: shape, dtype, range ----------------------------------------------------------
 SHAPE_KEEPING_PHOTOMETRIC = [
     lambda: imgaug.Hue(), lambda: imgaug.Hue((0, 180), rgb=False),
     lambda: imgaug.Brightness(50), lambda: imgaug.BrightnessScale((0.5, 1.5)),
@@ -116,7 +116,7 @@ def test_more_than_four_channels_take_the_numpy_path():
     np.testing.assert_array_equal(out, np.clip(np.rint(u8 * 1.5), 0, 255).astype(np.uint8))
 
 
-# -- geometry ---------------------------------------------------------------------------------------
+# -- geometry -------------------------------------------------------------------------------------
 def test_flip_prob():
     img = image()
     np.testing.assert_array_equal(imgaug.Flip(horiz=True, prob=1.0).augment(img), img[:, ::-1])
@@ -186,7 +186,7 @@ def test_rotation_and_crop_valid_matches_tensorpack_rectangle():
         assert out.shape[0] <= 40 and out.shape[1] <= 60 and out.ndim == 3
 
 
-# -- crops and paste -----------------------------------------------------------------------------------
+# -- crops and paste ------------------------------------------------------------------------------
 def test_center_crop_equals_slicing_and_tensorpack():
     from tensorpack.dataflow import imgaug as tp
     img = image(31, 40)
@@ -260,7 +260,7 @@ def test_center_and_random_paste():
         imgaug.BackgroundFiller().fill((3, 3), img)
 
 
-# -- photometric: the formula with the drawn parameter -----------------------------------------------
+# -- photometric: the formula with the drawn parameter --------------------------------------------
 def test_brightness_and_scale_formulas():
     img = image(dtype=np.float32)
     np.testing.assert_allclose(fixed(imgaug.Brightness(50), 30.0).augment(img),
@@ -397,7 +397,7 @@ def test_min_max_normalize(dtype):
     np.testing.assert_array_equal(const, np.full((4, 4, 3), 5))      # not NaN
 
 
-# -- conversions ------------------------------------------------------------------------------------
+# -- conversions ----------------------------------------------------------------------------------
 def test_colorspace_and_grayscale_equal_cv2():
     img = image()
     np.testing.assert_array_equal(imgaug.ColorSpace(cv2.COLOR_BGR2HSV).augment(img),
@@ -427,7 +427,7 @@ def test_to_uint8_and_to_float32():
     np.testing.assert_array_equal(out, u8)
 
 
-# -- noise --------------------------------------------------------------------------------------------
+# -- noise ----------------------------------------------------------------------------------------
 def test_jpeg_noise_equals_an_encode_decode_round_trip():
     img = image(64, 64)
     out = fixed(imgaug.JpegNoise(), 50).augment(img)
@@ -458,7 +458,7 @@ def test_salt_pepper_noise_fractions_and_determinism():
         imgaug.SaltPepperNoise(0.6, 0.6)
 
 
-# -- meta ------------------------------------------------------------------------------------------------
+# -- meta -----------------------------------------------------------------------------------------
 def test_random_apply_and_choose():
     img = image()
     flip = imgaug.Flip(horiz=True, prob=1.0)

@@ -129,7 +129,7 @@ def test_missing_apply_methods_raise_not_implemented():
         imgaug.CropTransform(0, 0, 1, 1).something
 
 
-# -- reprs ------------------------------------------------------------------------------------------
+# -- reprs ----------------------------------------------------------------------------------------
 def test_reprs():
     assert repr(imgaug.Flip(horiz=True)) == "imgaug.Flip(horiz=True)"
     assert repr(imgaug.Resize((10, 10))) == "imgaug.Resize(shape=(10, 10))"
@@ -212,7 +212,7 @@ def test_legacy_calls():
     np.testing.assert_allclose(coords, [[30 - (3.0 + d), 4.0]])
 
 
-# -- the dtype check ----------------------------------------------------------------------------------
+# -- the dtype check ------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
 def test_check_dtype_accepts_uint8_and_floats(dtype):
     check_dtype(np.zeros((2, 2), dtype))
@@ -233,7 +233,7 @@ def test_check_dtype_rejects_non_arrays():
         check_dtype([[1, 2]])
 
 
-# -- randomness -----------------------------------------------------------------------------------------
+# -- randomness -----------------------------------------------------------------------------------
 def test_rand_range_gives_float32():
     aug = imgaug.Identity()
     v = aug._rand_range(2.0, 3.0)

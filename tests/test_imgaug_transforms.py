@@ -29,7 +29,7 @@ def image(h=20, w=30, c=3, dtype=np.uint8, seed=0):
     return (np.random.RandomState(seed).rand(*shape) * 255).astype(dtype)
 
 
-# -- images -----------------------------------------------------------------------------------------
+# -- images ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 @pytest.mark.parametrize("interp", [cv2.INTER_LINEAR, cv2.INTER_CUBIC, cv2.INTER_NEAREST])
 def test_resize_transform_equals_cv2(dtype, interp):
@@ -85,7 +85,7 @@ def test_photometric_transform_leaves_coords():
     assert repr(t) == "imgaug.PhotometricTransform(plus one)"
 
 
-# -- coordinates ------------------------------------------------------------------------------------
+# -- coordinates ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_coords_of_any_float_dtype(dtype):
     pts = np.array([[1, 2], [6, 4]], dtype=dtype)

@@ -86,9 +86,10 @@ class RandomResize(ImageAugmentor):
     ``xrange`` (and ``yrange``, which defaults to ``xrange``) are ``(low, high)``: floats are
     scale factors of the width (height), ints are sizes in pixels; x and y must be of the same
     kind. With ``aspect_ratio_thres == 0`` the height follows the width so the aspect ratio is
-    kept (``yrange`` is then unused); otherwise draws whose relative aspect-ratio change reaches ``aspect_ratio_thres`` are
-    redrawn, and after 50 failures the image is left at its size (with a warning). The new size
-    is at least ``minimum = (min_w, min_h)``, rounded to the nearest pixel.
+    kept (``yrange`` is then unused); otherwise draws whose relative aspect-ratio change
+    reaches ``aspect_ratio_thres`` are redrawn, and after 50 failures the image is left at its
+    size (with a warning). The new size is at least ``minimum = (min_w, min_h)``, rounded to
+    the nearest pixel.
     """
 
     native = True
