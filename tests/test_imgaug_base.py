@@ -198,6 +198,13 @@ def test_old_style_subclass_without_params_or_coords():
     assert aug.augment(img).sum() == 18
 
 
+def test_augmentor_implementing_nothing_says_so():
+    class Empty(imgaug.ImageAugmentor):
+        pass
+    with pytest.raises(NotImplementedError, match="Empty implements neither"):
+        Empty().augment(img_u8())
+
+
 def test_old_style_params_that_are_a_transform_are_returned():
     assert isinstance(OldReturnsTransform().get_transform(img_u8()), imgaug.CropTransform)
 

@@ -214,7 +214,11 @@ class _LegacyTransform(BaseTransform):
         self.aug, self.params = aug, params
 
     def apply_image(self, img):
-        return self.aug._augment(img, self.params)
+        aug = self.aug
+        if not hasattr(aug, "_augment"):
+            raise NotImplementedError(f"{type(aug).__name__} implements neither get_transform "
+                                      "nor the legacy _augment")
+        return aug._augment(img, self.params)
 
     def apply_coords(self, coords):
         aug = self.aug
