@@ -233,3 +233,13 @@ def test_opencv_transforms_read_views_correctly(make_view):
     aug = imgaug.Brightness(30)
     aug.rng = FixedRNG(12.0)
     np.testing.assert_allclose(aug.augment(view), np.clip(dense + 12, 0, 255), rtol=1e-6)
+
+
+def test_rotation_and_crop_valid_crops_the_centred_rectangle():
+    aug = imgaug.RotationAndCropValid(30)
+    aug.rng = FixedRNG(20.0)
+    t = aug.get_transform(image(60, 80))
+    neww, newh = imgaug.RotationAndCropValid.largest_rotated_rect(80, 60, 20.0)
+    crop = t.tfms[1]
+    assert (crop.h, crop.w) == (newh, neww)
+    assert (crop.y0, crop.x0) == (int(30 - newh / 2), int(40 - neww / 2))

@@ -97,8 +97,9 @@ class RotationAndCropValid(ImageAugmentor):
                                    BORDER_CONSTANT, 0)
         neww, newh = RotationAndCropValid.largest_rotated_rect(w, h, deg)
         neww, newh = max(1, min(neww, w)), max(1, min(newh, h))
-        x0 = max(0, int(center[0] - neww * 0.5))
-        y0 = max(0, int(center[1] - newh * 0.5))
+        # the valid rectangle is centred on the rotation centre, (w/2, h/2) in edge coordinates
+        x0 = max(0, int(w * 0.5 - neww * 0.5))
+        y0 = max(0, int(h * 0.5 - newh * 0.5))
         return TransformList([warp, CropTransform(y0, x0, newh, neww)])
 
     @staticmethod

@@ -65,7 +65,7 @@ class RandomChooseAug(_Container):
             self._prob = prob / prob.sum()
         else:
             augs = list(aug_lists)
-            self._prob = None
+            self._prob = np.full(len(augs), 1.0 / len(augs))
         self._augs = augs
         self._init(locals())
         super().__init__()

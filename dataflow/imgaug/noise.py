@@ -10,7 +10,7 @@ import numpy as np
 from ._cv import cv2
 from .transform import cv_input
 from .base import PhotometricAugmentor
-from .imgproc import clip_inplace, to_uint8
+from .imgproc import clip_inplace
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
 
@@ -36,7 +36,8 @@ class JpegNoise(PhotometricAugmentor):
     def _augment(self, img, q):
         c = cv2()
         dtype = img.dtype
-        src = to_uint8(img)
+        # a float image is rounded to uint8, as OpenCV's encoder does with one
+        src = img if dtype == np.uint8 else np.rint(np.clip(img, 0, 255)).astype(np.uint8)
         ok, enc = c.imencode(".jpg", cv_input(src), [c.IMWRITE_JPEG_QUALITY, q])
         if not ok:
             raise ValueError(f"JpegNoise: cannot encode an image of shape {img.shape}")

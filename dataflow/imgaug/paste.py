@@ -88,6 +88,6 @@ class RandomPaste(CenterPaste):
 
     def get_transform(self, img):
         _check_fits(img, self.background_shape, "RandomPaste")
-        x0 = int(self._rand_range(self.background_shape[1] - img.shape[1]))
         y0 = int(self._rand_range(self.background_shape[0] - img.shape[0]))
+        x0 = int(self._rand_range(self.background_shape[1] - img.shape[1]))
         return PasteTransform(self.background_shape, y0, x0, self.background_filler)
