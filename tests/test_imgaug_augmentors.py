@@ -538,3 +538,12 @@ def test_gaussian_deform():
     assert out.shape == img.shape and out.dtype == img.dtype
     with pytest.raises(ValueError):
         aug.augment(image(20, 32))
+
+
+@pytest.mark.parametrize("shape", [(30, 40, 3), (31, 41, 3), (5, 7)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mean_variance_normalize_float_layouts(shape, dtype):
+    img = (np.random.RandomState(2).rand(*shape) * 255).astype(dtype)
+    f = img.astype(np.float64)
+    out = imgaug.MeanVarianceNormalize().augment(img)
+    np.testing.assert_allclose(out, (f - f.mean()) / f.std(), rtol=1e-4, atol=1e-4)

@@ -213,6 +213,19 @@ class Contrast(PhotometricAugmentor):
         return channel_affine(img, _diag(_channels(img), r, means * (1 - r)), self.clip)
 
 
+def _global_mean_std(src):
+    """Mean and (population) standard deviation of all values of the contiguous ``src``.
+    OpenCV's ``meanStdDev`` is fast on uint8 and on 4-channel floats, so a float image is
+    viewed as 4-channel pixels when its size allows and the channel statistics are combined."""
+    c = cv2()
+    if src.dtype != np.uint8 and src.size % 4 == 0:
+        m, s = (v.ravel() for v in c.meanStdDev(src.reshape(-1, 1, 4)))
+        mean = float(m.mean())
+        return mean, float(np.sqrt(max(float(np.mean(s * s + m * m)) - mean * mean, 0.0)))
+    m, s = c.meanStdDev(src.reshape(src.shape[0], -1))
+    return float(m[0, 0]), float(s[0, 0])
+
+
 class MeanVarianceNormalize(PhotometricAugmentor):
     """``(x - mean) / max(std, 1 / sqrt(img.size))``, over the whole image (``all_channel``)
     or per channel; returns float32."""
@@ -228,7 +241,7 @@ class MeanVarianceNormalize(PhotometricAugmentor):
         C = _channels(img)
         src = np.ascontiguousarray(img)
         if self.all_channel:
-            mean, std = (float(v[0, 0]) for v in cv2().meanStdDev(src.reshape(src.shape[0], -1)))
+            mean, std = _global_mean_std(src)
             mean, std = np.full(C, mean), np.full(C, max(std, floor))
         elif C <= 4:
             mean, std = (v.ravel()[:C] for v in cv2().meanStdDev(src))
