@@ -19,9 +19,10 @@ API: ``uniform``, ``randint``, ``rand``, ``randn``, ``choice``, ``permutation``,
   datapoint in call order. With :func:`dataflow.set_seed` the output therefore depends only on
   the seed and the datapoint (its pass and index), not on the worker count or the executor;
 * outside a map, ``self.rng`` is the augmentor's own stream, as in tensorpack:
-  ``reset_state()`` reseeds it from :func:`dataflow.rng.get_rng`, a forked or unpickled copy
-  reseeds itself on its first draw, and assigning ``self.rng = ...`` replaces it. An augmentor
-  whose ``__init__`` never calls ``super().__init__()`` gets one on first use.
+  ``reset_state()`` reseeds it from :func:`dataflow.rng.get_rng`, a copy in another process
+  (forked, or unpickled in a spawned worker) reseeds itself on its first draw, and assigning
+  ``self.rng = ...`` replaces it (for use outside maps only). An augmentor whose ``__init__``
+  never calls ``super().__init__()`` gets one on first use.
 
 **Native.** A map of native ops runs in threads (see :mod:`dataflow.parallel.policy`). An
 augmentor is native, :func:`is_native_augmentor`, when its class states ``native = True`` *in
