@@ -531,6 +531,15 @@ def test_external_wrappers_call_the_wrapped_augmentor():
     np.testing.assert_array_equal(imgaug.IAAugmentor(FakeIAA()).augment(img), img[::-1])
 
 
+def test_gaussian_map_weights():
+    from dataflow.imgaug.deform import GaussianMap
+    w = GaussianMap((10, 12), sigma=10.0).get_gaussian_weight((3, 4))
+    y, x = np.mgrid[0:10, 0:12]
+    np.testing.assert_allclose(w, np.exp(-((y / 10 - 3) ** 2 + (x / 12 - 4) ** 2) / 10.0),
+                               rtol=1e-5)
+    assert w.shape == (10, 12) and abs(w[0, 0] - np.exp(-2.5)) < 1e-6
+
+
 def test_gaussian_deform():
     img = image(32, 32, dtype=np.float32)
     aug = GaussianDeform([(0.2, 0.2), (0.2, 0.8), (0.8, 0.8), (0.8, 0.2)], (32, 32), 0.5, 3)

@@ -11,8 +11,9 @@ __all__ = []
 
 
 class GaussianMap:
-    """Gaussian weights ``exp(-d**2 / sigma)`` of every pixel of an ``image_shape`` image to
-    each anchor (``d`` in units of the image size)."""
+    """Gaussian weights ``exp(-d**2 / sigma)`` of every pixel of an ``image_shape`` image to an
+    anchor ``(y, x)`` given in units of the image size (``d`` in the same units: pixel
+    ``(i, j)`` is at ``(i / h, j / w)``)."""
 
     def __init__(self, image_shape, sigma=0.5):
         self.shape = tuple(image_shape[:2])
@@ -20,8 +21,8 @@ class GaussianMap:
 
     def get_gaussian_weight(self, anchor):
         h, w = self.shape
-        ys = (np.arange(h, dtype=np.float32) - anchor[0]) / h
-        xs = (np.arange(w, dtype=np.float32) - anchor[1]) / w
+        ys = np.arange(h, dtype=np.float32) / h - np.float32(anchor[0])
+        xs = np.arange(w, dtype=np.float32) / w - np.float32(anchor[1])
         d2 = ys[:, None] ** 2 + xs[None, :] ** 2
         return np.exp(-d2 / self.sigma)
 
@@ -47,7 +48,7 @@ class GaussianDeform(ImageAugmentor):
 
     def __init__(self, anchors, shape, sigma=0.5, randrange=None):
         super().__init__()
-        self.anchors = np.asarray(anchors, dtype=np.float32) * np.asarray(shape[:2])
+        self.anchors = np.asarray(anchors, dtype=np.float32)
         self.shape = tuple(shape[:2])
         self.sigma = sigma
         self.randrange = shape[0] / 8 if randrange is None else randrange
