@@ -100,6 +100,9 @@ class _DatapointLocal(threading.local):
     key = None
     cached = None
     cached_rs = None
+    bitgen = None            # this thread's PCG64 behind datapoint_random_state()
+    base_state = None        # its state at position 0, for the global seed of _generation
+    base_generation = -1
 
 
 _local = _DatapointLocal()
@@ -140,16 +143,23 @@ def datapoint_random_state():
     outside a map (no datapoint key set).
 
     The legacy-API twin of :func:`datapoint_rng`, for code written against ``RandomState``
-    (image augmentors: ``rng.uniform``, ``rng.randint``, ``rng.rand``, ...). It is derived
-    from the global seed and the datapoint key as well, on a stream distinct from
-    :func:`datapoint_rng`'s, and repeated calls for one datapoint continue one stream, so with
-    :func:`set_seed` the draws depend only on the seed, the datapoint key and the order of
-    calls inside the map function, never on the worker or the executor.
+    (image augmentors: ``rng.uniform``, ``rng.randint``, ``rng.rand``, ...). With
+    :func:`set_seed`, its draws depend only on the seed, the datapoint key and the order of
+    calls inside the map function, never on the worker or the executor; without a seed each
+    datapoint gets fresh entropy.
 
     "One datapoint" is one key *value* in this thread since the last :func:`set_seed` or
-    :func:`set_datapoint_key`: serial maps chained in one thread (``MapData(MapData(ds, f),
-    g)``) set equal keys for the same datapoint, and ``g`` continues the stream ``f`` drew
-    from instead of restarting it (which would give ``g`` the very draws of ``f``).
+    :func:`set_datapoint_key`: repeated calls continue one stream, and serial maps chained in
+    one thread (``MapData(MapData(ds, f), g)``), which set equal keys for the same datapoint,
+    continue the stream ``f`` drew from instead of restarting it (which would give ``g`` the
+    very draws of ``f``).
+
+    How the stream is made (cheaply: a few microseconds per datapoint): every thread holds one
+    PCG64 whose position-0 state is derived from the global seed alone; the datapoint
+    ``(epoch, index)`` gets the sub-stream that starts ``((epoch << 32) | index) << 64`` draws
+    further (``PCG64.advance``), so distinct datapoints get disjoint sub-streams of 2**64 draws
+    each. Keys of another form are hashed through ``SeedSequence``; without a seed the offset is
+    random. The returned object is valid until the next datapoint of this thread.
     """
     key = _local.key
     if key is None:
@@ -160,8 +170,31 @@ def datapoint_random_state():
         if cached[0] is not key:
             _local.cached_rs = (key, _generation, cached[2])
         return cached[2]
-    seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
-    rs = np.random.RandomState(np.random.PCG64(
-        np.random.SeedSequence(seed, spawn_key=tuple(key) + (1,))))
+    rs = _keyed_random_state(key)
     _local.cached_rs = (key, _generation, rs)
     return rs
+
+
+_RANDOM_STATE_STREAM = 1 << 40    # spawn key of the base stream: distinct from every other use
+
+
+def _keyed_random_state(key):
+    loc = _local
+    if loc.base_generation != _generation:
+        seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
+        loc.base_state = np.random.PCG64(
+            np.random.SeedSequence(seed, spawn_key=(_RANDOM_STATE_STREAM,))).state
+        loc.bitgen = np.random.PCG64()
+        loc.base_generation = _generation
+    if _seed is None:
+        offset = int.from_bytes(os.urandom(8), "little")
+    elif (type(key) is tuple and len(key) == 2 and all(type(v) is int and 0 <= v < 1 << 32
+                                                        for v in key)):
+        offset = (key[0] << 32) | key[1]
+    else:
+        offset = int(np.random.SeedSequence(_seed, spawn_key=tuple(key)).generate_state(
+            1, np.uint64)[0])
+    bitgen = loc.bitgen
+    bitgen.state = loc.base_state
+    bitgen.advance(offset << 64)
+    return np.random.RandomState(bitgen)

@@ -349,6 +349,32 @@ def test_parallel_ordered_map_gives_the_serial_output(no_leaks, multiprocessing)
     assert len(parallel) == 8
 
 
+def test_without_a_seed_runs_differ():
+    def run():
+        dataflow.set_seed(None)
+        return _pipeline_unseeded()
+    a, b = run(), run()
+    assert any(not np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def _pipeline_unseeded():
+    img = img_u8(24, 24)
+    alist = imgaug.AugmentorList([imgaug.RandomCrop(16), imgaug.GaussianNoise(3)])
+    ds = MapData(DataFromList([[img] for _ in range(4)], shuffle=False), _AugmentFirst(alist))
+    ds.reset_state()
+    return [dp[0] for dp in ds]
+
+
+def test_keys_of_other_forms_get_streams_too():
+    dataflow.set_seed(4)
+    set_datapoint_key((2**40, 3, 5))
+    x = imgaug.Identity().rng.randint(10**9)
+    set_datapoint_key((2**40, 3, 5))
+    assert imgaug.Identity().rng.randint(10**9) == x
+    set_datapoint_key((2**40, 3, 6))
+    assert imgaug.Identity().rng.randint(10**9) != x
+
+
 def test_serial_map_output_does_not_depend_on_the_augmentors_own_rng():
     dataflow.set_seed(5)
     alist = imgaug.AugmentorList([imgaug.RandomCrop(8), imgaug.Brightness(30)])
