@@ -12,7 +12,9 @@ by run so that machine noise hits both alike. Before each run both augmentors (a
 members) get the same ``RandomState`` seed, so they draw the same parameters where they draw
 them in the same order. ``ratio`` = tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads (default 1: the per-core cost, as in a
 map worker). A row whose tensorpack call fails (e.g. its ``Affine`` on current OpenCV) says so.
-The last rows are tensorpack's ImageNet training chain (``fbresnet_augmentor(True)``).
+The last rows are the augmentor chains of tensorpack's ImageNet (``fbresnet_augmentor``) and
+CIFAR-10 ResNet examples; "in a map" rows time ours as inside a dataflow map (with
+``set_seed``), where every datapoint draws from its own stream.
 ``max abs diff`` compares the two outputs under equal seeds: 0 where the semantics agree, 1 for
 uint8 rounding (ours rounds, 0.11 truncates), large for the noise augmentors (another
 generator) and ``dtype`` for MeanVarianceNormalize (ours float32 as documented, 0.11 float64).
@@ -94,7 +96,20 @@ def cases(m):
             fbresnet(m, True))),
         ("fbresnet_augmentor(False) chain", "AugmentorList", lambda: m.AugmentorList(
             fbresnet(m, False))),
+        ("fbresnet_augmentor(True) chain, in a map", "AugmentorList", lambda: m.AugmentorList(
+            fbresnet(m, True))),
+        ("cifar10-resnet train chain, 32x32", "AugmentorList", lambda: m.AugmentorList(
+            cifar(m))),
+        ("cifar10-resnet train chain, 32x32, in a map", "AugmentorList", lambda: m.AugmentorList(
+            cifar(m))),
     ]
+
+
+def cifar(m):
+    """tensorpack's examples/ResNet/cifar10-resnet.py training augmentors."""
+    pp_mean = np.full((32, 32, 3), 120.0, np.float32)
+    return [m.CenterPaste((40, 40)), m.RandomCrop((32, 32)), m.Flip(horiz=True),
+            m.MapImage(lambda x: x - pp_mean)]
 
 
 def fbresnet(m, is_train):
@@ -155,9 +170,21 @@ def max_diff(a, b, img, seeds=3):
     return f"{worst:.3g}"
 
 
-def time_calls(aug, img, number, copy, seed=0):
+def time_calls(aug, img, number, copy, seed=0, in_map=False):
+    """Mean seconds per ``aug.augment`` call. ``in_map``: as inside a dataflow map, each call
+    under a new datapoint key (so ours draws from a fresh per-datapoint stream each time)."""
     imgs = [img.copy() for _ in range(number)] if copy else [img] * number
     seed_all(aug, seed)
+    if in_map:
+        from dataflow import rng
+        local = rng._local
+        t0 = time.perf_counter()
+        for k, x in enumerate(imgs):
+            local.key = (seed, k)
+            aug.augment(x)
+        elapsed = time.perf_counter() - t0
+        rng.set_datapoint_key(None)
+        return elapsed / number
     t0 = time.perf_counter()
     for x in imgs:
         aug.augment(x)
@@ -176,7 +203,9 @@ def main(argv=None):
 
     import cv2
     cv2.setNumThreads(args.cv_threads)
+    import dataflow
     from dataflow import imgaug as ours
+    dataflow.set_seed(0)
     import logging
     logging.getLogger("tensorpack").setLevel(logging.ERROR)
     from tensorpack.dataflow import imgaug as theirs
@@ -187,8 +216,10 @@ def main(argv=None):
     for (name, cls, make_ours), (_, _, make_theirs) in zip(ours_cases, their_cases):
         if only and cls not in only:
             continue
+        in_map = name.endswith("in a map")
+        size = (32, 32) if "32x32" in name else (h, w)
         for dtype in (np.uint8, np.float32):
-            img = make_image(h, w, dtype)
+            img = make_image(*size, dtype)
             a, b = make_ours(), make_theirs()
             b.reset_state()          # tensorpack's RandomPaste has no rng until then
             copy = cls in IN_PLACE
@@ -201,7 +232,7 @@ def main(argv=None):
             diff = max_diff(a, b, img) if tp_error is None else "-"
             mine, tps = [], []
             for r in range(args.repeats):
-                mine.append(time_calls(a, img, args.number, copy, seed=r))
+                mine.append(time_calls(a, img, args.number, copy, seed=r, in_map=in_map))
                 if tp_error is None:
                     tps.append(time_calls(b, img, args.number, copy, seed=r))
             m = statistics.median(mine) * 1e6

@@ -67,13 +67,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+_IMAGE_DTYPE_CHARS = frozenset("Befdg")      # uint8, float16/32/64, long double
+
+
 def check_dtype(img):
     """Raise ``TypeError`` unless ``img`` is a numpy array of dtype uint8 or floating (see the
     module doc for why other integer dtypes are rejected)."""
     if not isinstance(img, np.ndarray):
         raise TypeError(f"[Augmentor] Needs an numpy array, but got a {type(img).__name__}!")
-    kind = img.dtype.kind
-    if kind != "f" and img.dtype != np.uint8:
+    if img.dtype.char not in _IMAGE_DTYPE_CHARS:
         raise TypeError(
             f"[Augmentor] Needs an image of dtype uint8 or floating point, got {img.dtype} "
             f"(shape {img.shape}); convert it first, e.g. img.astype(np.float32)")

@@ -39,7 +39,7 @@ class PasteTransform(Transform):
     ``filler``; coordinates shift by ``(x0, y0)``."""
 
     def __init__(self, background_shape, y0, x0, filler):
-        self._init(locals())
+        self.background_shape, self.y0, self.x0, self.filler = background_shape, y0, x0, filler
 
     def apply_image(self, img):
         bg = self.filler.fill(self.background_shape, img)

@@ -120,7 +120,7 @@ class ResizeTransform(Transform):
     ``interp``; coordinates are scaled by ``new_w / w`` and ``new_h / h``."""
 
     def __init__(self, h, w, new_h, new_w, interp):
-        self._init(locals())
+        self.h, self.w, self.new_h, self.new_w, self.interp = h, w, new_h, new_w, interp
 
     def apply_image(self, img):
         if img.shape[:2] != (self.h, self.w):
@@ -140,7 +140,7 @@ class CropTransform(Transform):
     """Crop ``img[y0:y0 + h, x0:x0 + w]`` (a view); coordinates are shifted by ``(-x0, -y0)``."""
 
     def __init__(self, y0, x0, h, w):
-        self._init(locals())
+        self.y0, self.x0, self.h, self.w = y0, x0, h, w
 
     def apply_image(self, img):
         return img[self.y0:self.y0 + self.h, self.x0:self.x0 + self.w]
@@ -158,7 +158,8 @@ class WarpAffineTransform(Transform):
 
     def __init__(self, mat, dsize, interp=INTER_LINEAR, borderMode=BORDER_CONSTANT,
                  borderValue=0):
-        self._init(locals())
+        self.mat, self.dsize, self.interp = mat, dsize, interp
+        self.borderMode, self.borderValue = borderMode, borderValue
 
     def apply_image(self, img):
         out = cv2().warpAffine(cv_input(img), self.mat, self.dsize, flags=self.interp,
@@ -178,7 +179,7 @@ class FlipTransform(Transform):
     coordinates map ``x -> w - x`` or ``y -> h - y``."""
 
     def __init__(self, h, w, horiz=True):
-        self._init(locals())
+        self.h, self.w, self.horiz = h, w, horiz
 
     def apply_image(self, img):
         return img[:, ::-1] if self.horiz else img[::-1]
@@ -222,7 +223,7 @@ class PhotometricTransform(Transform):
     """``apply_image`` is ``func(img)``; coordinates are unchanged."""
 
     def __init__(self, func, name=None):
-        self._init(locals())
+        self.func, self.name = func, name
 
     def apply_image(self, img):
         return self.func(img)
