@@ -94,16 +94,22 @@ def test_photometric_augmentors_do_not_modify_their_input(make, dtype):
     np.testing.assert_array_equal(img, keep)
 
 
-@pytest.mark.parametrize("shape", [(30, 40), (30, 40, 1)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+@pytest.mark.parametrize("shape", [(30, 40), (30, 40, 1), (30, 40, 2), (30, 40, 5)])
 @pytest.mark.parametrize("make", [
     lambda: imgaug.Brightness(50), lambda: imgaug.BrightnessScale((0.5, 1.5)),
     lambda: imgaug.Contrast((0.5, 1.5)), lambda: imgaug.GaussianBlur(), lambda: imgaug.Gamma(),
     lambda: imgaug.GaussianNoise(), lambda: imgaug.JpegNoise(), lambda: imgaug.Resize(10),
     lambda: imgaug.Rotation(10), lambda: imgaug.MeanVarianceNormalize(all_channel=False),
     lambda: imgaug.MinMaxNormalize(all_channel=False), lambda: imgaug.RandomCrop(5)])
-def test_grey_images_keep_their_layout(make, shape):
-    img = image(*shape[:2], c=shape[2] if len(shape) == 3 else None, dtype=np.float32)
-    out = make().augment(img)
+def test_other_channel_counts_keep_their_layout(make, shape, dtype):
+    img = image(*shape[:2], c=shape[2] if len(shape) == 3 else None, dtype=dtype)
+    aug = make()
+    if isinstance(aug, imgaug.JpegNoise) and img.ndim == 3 and img.shape[2] not in (1, 3):
+        with pytest.raises(ValueError, match="JpegNoise needs a grey or 3-channel"):
+            aug.augment(img)            # JPEG holds 1 or 3 channels
+        return
+    out = aug.augment(img)
     assert out.ndim == img.ndim and out.shape[2:] == img.shape[2:]
 
 

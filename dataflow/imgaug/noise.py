@@ -34,6 +34,8 @@ class JpegNoise(PhotometricAugmentor):
         return int(self.rng.randint(*self.quality_range))
 
     def _augment(self, img, q):
+        if img.ndim == 3 and img.shape[2] not in (1, 3):
+            raise ValueError(f"JpegNoise needs a grey or 3-channel image, got shape {img.shape}")
         c = cv2()
         dtype = img.dtype
         # a float image is rounded to uint8, as OpenCV's encoder does with one
