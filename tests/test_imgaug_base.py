@@ -338,10 +338,10 @@ def test_serial_map_with_seed_is_reproducible_and_keyed_by_datapoint():
     assert any(not np.array_equal(x, y) for x, y in zip(a, c))
 
 
-@pytest.mark.parametrize("multiprocessing", [False, True])
-def test_parallel_ordered_map_gives_the_serial_output(no_leaks, multiprocessing):
+@pytest.mark.parametrize("multiprocessing,workers", [(False, 2), (False, 3), (True, 2)])
+def test_parallel_ordered_map_gives_the_serial_output(no_leaks, multiprocessing, workers):
     serial = _pipeline(21, n=8)
-    parallel = _pipeline(21, n=8, num_parallel_workers=2,
+    parallel = _pipeline(21, n=8, num_parallel_workers=workers,
                          python_multiprocessing=multiprocessing)
     assert _pipeline.executor == ("process" if multiprocessing else "thread")
     for x, y in zip(serial, parallel):
