@@ -3,6 +3,7 @@ never imported by dataflow for that."""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 cv2 = pytest.importorskip("cv2")
@@ -37,9 +38,27 @@ def test_thread_workers_limit_opencv_while_they_run():
 
 @pytest.mark.usefixtures("no_leaks")
 def test_process_workers_limit_opencv():
-    df = dataflow.MultiProcessMapData(_points(), 2, cv_threads, strict=True)
+    df = dataflow.MultiProcessMapData(_points(), 2, cv_threads, strict=True,
+                                      start_method="forkserver")
     assert df.executor == "process"
     assert _run(df) == {cvthreads.threads_for(2)}
+
+
+def resize_and_count(dp):
+    img = np.zeros((600, 800, 3), np.uint8)
+    cv2.resize(img, (1000, 1300), interpolation=cv2.INTER_CUBIC)
+    return [cv2.getNumThreads()]
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_forked_workers_keep_the_inherited_count_and_do_not_hang():
+    # the consumer has run OpenCV's pool; changing the count in a forked child would deadlock
+    img = np.zeros((600, 800, 3), np.uint8)
+    for _ in range(3):
+        cv2.resize(img, (1000, 1300), interpolation=cv2.INTER_CUBIC)
+    df = dataflow.MultiProcessMapData(_points(), 2, resize_and_count, strict=True,
+                                      start_method="fork")
+    assert _run(df) == {cv2.getNumThreads()}
 
 
 def test_threads_for():

@@ -14,6 +14,13 @@ This never imports OpenCV: the limit is applied at once if ``cv2`` is already im
 otherwise when it is first imported through :func:`import_cv2` (how dataflow's own code imports
 it), or at the start of the next chunk of map work that finds ``cv2`` imported (a map function
 that imports it itself).
+
+One exception: a worker *forked* from a consumer that had already imported cv2 leaves OpenCV's
+count as it inherited it. Changing it there can deadlock (the child inherits the pool's locks
+but not its threads; measured with OpenCV 5.0: ``cv2.setNumThreads`` in such a child, or in the
+consumer just before the fork, hangs the child), so such workers may oversubscribe. Workers
+started by the fork server or spawned, and forked workers that import cv2 themselves, are
+limited.
 """
 import itertools
 import os
@@ -29,6 +36,7 @@ _process_limit = None    # set by a worker process for its life
 _held = {}               # token -> limit, one per running thread pool
 _tokens = itertools.count()
 _restore = None          # OpenCV's thread count before the first pool changed it
+_frozen = False          # a forked child that inherited cv2: never change the count
 
 
 def _cpus():
@@ -48,13 +56,19 @@ def _set(n):
     """Apply limit ``n`` now if cv2 is imported, else remember it for later. Outside a worker
     process, remember OpenCV's own count first, to put it back."""
     global _pending, _restore
+    if _frozen:
+        _pending = None
+        return
     cv2 = sys.modules.get("cv2")
     if cv2 is None or not hasattr(cv2, "setNumThreads"):
         _pending = n
         return
     _pending = None
+    current = cv2.getNumThreads()
+    if current == n:
+        return                              # nothing to change (and safe in a forked child)
     if _process_limit is None and _restore is None:
-        _restore = cv2.getNumThreads()
+        _restore = current
     cv2.setNumThreads(int(n))
 
 
@@ -66,11 +80,15 @@ def _current():
     return None
 
 
-def set_process_limit(n):
-    """In a worker process (or actor): limit OpenCV to ``n`` threads for the process's life."""
-    global _process_limit
+def set_process_limit(n, inherited=False):
+    """In a worker process (or actor): limit OpenCV to ``n`` threads for the process's life.
+    ``inherited``: the process was forked with cv2 already imported, so OpenCV's count is left
+    as inherited, for good (see the module doc)."""
+    global _process_limit, _frozen
     with _lock:
         _process_limit = max(1, int(n))
+        _held.clear()                       # a forked child inherits its parent's pools' entries
+        _frozen = bool(inherited)
         _set(_process_limit)
 
 

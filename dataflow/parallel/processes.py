@@ -174,7 +174,7 @@ def _take_messages(sock, pool, tasks):
 
 
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
-                 forked_by_consumer, nice, cv_threads):
+                 forked_by_consumer, nice, cv_threads, cv_inherited):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -188,7 +188,8 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
-    cvthreads.set_process_limit(cv_threads)
+    # forked with cv2 imported: OpenCV's count cannot be changed safely here (cvthreads)
+    cvthreads.set_process_limit(cv_threads, inherited=cv_inherited)
     context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
     sock.bind(endpoint)
@@ -436,7 +437,8 @@ class ProcessExecutor:
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
                   os.getpid(), self._pdeathsig, self.start_method != "forkserver",
-                  config.worker_nice(), self._cv_threads))
+                  config.worker_nice(), self._cv_threads,
+                  self.start_method == "fork" and "cv2" in sys.modules))
         try:
             with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
