@@ -209,7 +209,8 @@ def test_coordinates_must_be_floating_n_by_2():
 def test_components_share_one_transform():
     img = image(8, 10, 3)
     mask = img[..., 0].astype(np.float32)
-    coords = np.array([[3.0, 4.0]], np.float32)
+    # the pixel at column 4, row 3 lies inside every (5, 6) crop of the 8 x 10 image
+    coords = np.array([[4.0, 3.0]], np.float32)
     src = [[img, mask, coords, "keep"] for _ in range(8)]
     set_seed(3)
     out = collect(AugmentImageComponents(DataFromList(src, shuffle=False),
@@ -219,14 +220,14 @@ def test_components_share_one_transform():
     for dp in out:
         assert dp[0].shape == (5, 6, 3) and dp[1].shape == (5, 6) and dp[3] == "keep"
         np.testing.assert_array_equal(dp[1], dp[0][..., 0].astype(np.float32))
-        # where the point lands, the image holds the pixel that was at (x=3, y=4)
+        # where the point lands, the image holds the pixel that was at (x=4, y=3)
         x, y = dp[2][0]
-        v = img[4, 3, 0]
+        v = img[3, 4, 0]
         col = int(round(x)) - 1                          # flipped: w - x is the pixel's right edge
         assert dp[0][int(y), col, 0] == v
         corners.add(int(dp[0][0, -1, 0]))
     assert len(corners) > 1                              # the crops differ
-    np.testing.assert_array_equal(src[0][2], [[3.0, 4.0]])
+    np.testing.assert_array_equal(src[0][2], [[4.0, 3.0]])
 
 
 def test_components_copy_false_and_tuple_datapoints():
