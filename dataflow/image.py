@@ -206,12 +206,18 @@ class ImageFromFile(RNGDataFlow):
     def _read(self, f):
         from .parallel.cvthreads import import_cv2
         cv2 = import_cv2()
-        flag = cv2.IMREAD_GRAYSCALE if self.channel == 1 else cv2.IMREAD_COLOR_RGB
+        rgb = getattr(cv2, "IMREAD_COLOR_RGB", None)        # OpenCV >= 4.10
+        if self.channel == 1:
+            flag = cv2.IMREAD_GRAYSCALE
+        else:
+            flag = cv2.IMREAD_COLOR if rgb is None else rgb
         im = cv2.imread(f, flag)
         if im is None:
             if not os.path.isfile(f):
                 raise FileNotFoundError(f"ImageFromFile: no such image file: {f!r}")
             raise ValueError(f"ImageFromFile: OpenCV cannot read {f!r} as an image")
+        if self.channel == 3 and rgb is None:
+            im = im[:, :, ::-1]
         if self.resize is not None:
             h, w = self.resize
             im = cv2.resize(im, (w, h))

@@ -46,13 +46,16 @@ def _decode_simplejpeg(data, mode):
 def _decode_cv2(data, mode):
     from ..parallel import cvthreads
     cv2 = cvthreads.import_cv2()
-    flags = cv2.IMREAD_IGNORE_ORIENTATION | \
-        (cv2.IMREAD_GRAYSCALE if mode == "L" else cv2.IMREAD_COLOR_RGB)
+    rgb = getattr(cv2, "IMREAD_COLOR_RGB", None)            # OpenCV >= 4.10
+    colour = cv2.IMREAD_COLOR if rgb is None else rgb
+    flags = cv2.IMREAD_IGNORE_ORIENTATION | (cv2.IMREAD_GRAYSCALE if mode == "L" else colour)
     arr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if arr is None:
         raise ValueError("cv2.imdecode could not decode the data")
     if mode == "L":
         return arr[:, :, None]
+    if rgb is None:
+        arr = cv2.cvtColor(arr, cv2.COLOR_BGR2RGB)
     if mode == "RGBA":
         return cv2.cvtColor(arr, cv2.COLOR_RGB2RGBA)
     return arr
