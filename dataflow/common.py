@@ -467,8 +467,10 @@ class MapData(ProxyDataFlow):
             return
         self._pass = p = getattr(self, "_pass", -1) + 1
         func, local = self.func, _rng._local
+        copy_id = getattr(local, "copy", None)   # in a runner's copy: its number (OwnDataFlow)
         for i, dp in enumerate(self.ds):
-            local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
+            # what rng.set_datapoint_key does, inlined
+            local.key = (p, i) if copy_id is None else (p, i, copy_id)
             try:
                 ret = func(copy(dp))
             finally:

@@ -395,3 +395,36 @@ def test_outside_a_map_augmentors_use_their_own_rng():
     aug.reset_state()
     a = [aug.get_transform(image()).y0 for _ in range(30)]
     assert len(set(a)) > 1
+
+
+def _draw(dp):
+    return [dp[0], int(drng.datapoint_rng().integers(1 << 40))]
+
+
+def _counting():
+    return MapData(DataFromList([[k] for k in range(8)], shuffle=False), _draw)
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_runner_copies_draw_their_own_random_numbers():
+    # a seeded serial map inside each copy of a runner: with keys (pass, index) alone, every
+    # copy's k-th datapoint would get the same draws
+    set_seed(2)
+    for df in (dataflow.MultiThreadRunner(_counting, 16, 2),
+               dataflow.MultiProcessRunner(_counting(), 16, 2)):
+        df.reset_state()
+        try:
+            got = [dp for _, dp in zip(range(64), _endless(df))]
+        finally:
+            df.close()
+        draws = [d for _, d in got]
+        assert len(set(draws)) == len(draws)
+    # and outside the runner, keys are (pass, index) again: the serial output is unchanged
+    a = _run(_counting(), passes=1)
+    set_seed(2)
+    assert _run(_counting(), passes=1) == a
+
+
+def _endless(df):
+    while True:
+        yield from df

@@ -15,6 +15,7 @@ import time
 import traceback
 
 from .. import config
+from .. import rng as _rng
 from .mapper import (CLOSED_WHILE_ITERATING, InlineExecutor, ParallelMapData, WorkerError,
                      run_chunk)
 from . import cvthreads
@@ -266,20 +267,32 @@ class _Tickets:
 
 class OwnDataFlow:
     """The 'map function' of a runner's worker: each call returns the next datapoint of the
-    worker's own dataflow, which it runs over and over."""
+    worker's own dataflow, which it runs over and over.
 
-    def __init__(self, df):
+    ``copy`` numbers the copy. While the copy runs, serial maps inside it key their datapoints'
+    random streams by ``(pass, index, copy)`` (see ``MapData``), so the copies of a seeded
+    pipeline draw different random numbers (with ``(pass, index)`` alone, every copy's k-th
+    datapoint would get the same crop, flip, ...)."""
+
+    def __init__(self, df, copy=0):
         self.df = df
+        self.copy = copy
         self._it = None
 
     def __call__(self, _ticket):
-        for _ in range(2):
-            if self._it is None:
-                self._it = iter(self.df)
-            try:
-                return next(self._it)
-            except StopIteration:
-                self._it = None
+        local = _rng._local
+        outer = getattr(local, "copy", None)
+        local.copy = self.copy
+        try:
+            for _ in range(2):
+                if self._it is None:
+                    self._it = iter(self.df)
+                try:
+                    return next(self._it)
+                except StopIteration:
+                    self._it = None
+        finally:
+            local.copy = outer
         raise ValueError(f"{type(self.df).__name__} yielded no datapoint in a whole pass")
 
 
@@ -291,7 +304,7 @@ class OwnCopy:
 
     def __call__(self, wid):
         self.ds.reset_state()
-        return OwnDataFlow(self.ds)
+        return OwnDataFlow(self.ds, copy=wid)
 
 
 class CopiesRunner(ParallelMapData):
@@ -341,7 +354,7 @@ class MultiThreadRunner(ParallelMapData):
         self.ds = _Tickets(dataflow_length(self._dfs[0]))
 
     def _make_executor(self):
-        funcs = [OwnDataFlow(df) for df in self._dfs]
+        funcs = [OwnDataFlow(df, copy=k) for k, df in enumerate(self._dfs)]
         self._dfs = None
         return ThreadExecutor(self.num_workers, funcs.__getitem__)
 
