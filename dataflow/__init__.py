@@ -40,6 +40,13 @@ from . import dataset
 # --- remote dataflows over ZeroMQ (issue 16) ---
 from .remote import RemoteDataZMQ, curve_keypair, send_dataflow_zmq
 
+# tensorpack's image dataflows (OpenCV and dataflow.imgaug are imported on use)
+from .image import (AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates,
+                    ImageFromFile)
+
+# tensorpack's image augmentors, as ``dataflow.imgaug`` (cheap: OpenCV is imported on first use)
+from . import imgaug
+
 # tensorpack's names for the runners
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner

@@ -411,15 +411,20 @@ class MapData(ProxyDataFlow):
             return
         self._pass = p = getattr(self, "_pass", -1) + 1
         func, local = self.func, _rng._local
+        copy_id = getattr(local, "copy", None)   # in a runner's copy: its number (OwnDataFlow)
         # The datapoint's random-stream key, as a cursor advanced in place (see
-        # rng.set_datapoint_key): no tuple per datapoint. It is set again before every call,
-        # since another serial MapData in this thread (nested in self.ds) sets its own.
-        cursor = [p, 0]
+        # rng.set_datapoint_key): no tuple per datapoint. It is set before every call, since
+        # another serial MapData in this thread (nested in self.ds) sets its own, and cleared
+        # after it: outside the map call there is no datapoint's stream.
+        cursor = [p, 0] if copy_id is None else [p, 0, copy_id]
         for i, dp in enumerate(self.ds):
             cursor[1] = i
             local.key = cursor
-            # copy.copy, with its most common case (a list datapoint) inlined
-            ret = func(dp.copy() if dp.__class__ is list else copy(dp))
+            try:
+                # copy.copy, with its most common case (a list datapoint) inlined
+                ret = func(dp.copy() if dp.__class__ is list else copy(dp))
+            finally:
+                local.key = None
             if ret is None:
                 continue
             if ret.__class__ is GeneratorType:

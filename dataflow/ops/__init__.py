@@ -13,9 +13,10 @@ marked with :func:`native`. :func:`fuse` merges runs of consecutive native ops i
 """
 from .base import Compose, Lambda, Op, fuse, is_native, native, op_name
 from .image import (CenterCrop, Decode, HWC2CHW, Normalize, RandomCrop, RandomHorizontalFlip,
-                    Resize)
+                    Resize, jpeg_decoder)
 from .array import OneHot, TypeCast
+from .augment import Augment
 
 __all__ = ["native", "is_native", "op_name", "fuse", "Op", "Compose", "Lambda", "Decode",
            "Resize", "RandomCrop", "CenterCrop", "RandomHorizontalFlip", "Normalize", "HWC2CHW",
-           "TypeCast", "OneHot"]
+           "TypeCast", "OneHot", "Augment", "jpeg_decoder"]

@@ -45,6 +45,10 @@ def native(fn):
     OpenCV, a compiled extension); a function doing per-element Python work gains nothing from
     threads.
 
+    It is also a class decorator: ``@dataflow.native class MyAug(imgaug.ImageAugmentor)``
+    marks the instances of ``MyAug`` and of its subclasses, so a map of built-in and ``MyAug``
+    augmentors (:class:`~dataflow.ops.Augment`) runs in threads.
+
     A Python function, a class or a ``functools.partial`` is marked in place and returned: it
     stays the same object, with the same signature, and pickles as before (so ``native(f)``
     marks ``f`` for every use; marking a class marks its instances, marking a method in a class

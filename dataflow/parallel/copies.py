@@ -3,6 +3,7 @@ its own copy of a dataflow (:class:`OwnCopy`), and :class:`CopiesRunner`, the ba
 whose workers each run their own copy (threads, processes, Ray)."""
 import itertools
 
+from .. import rng as _rng
 from .._helpers import dataflow_length, empty_pass_error
 from ..stats import tell_label
 from .mapper import ParallelMapData
@@ -41,20 +42,32 @@ class _Tickets:
 
 class OwnDataFlow:
     """The 'map function' of a runner's worker: each call returns the next datapoint of the
-    worker's own dataflow, which it runs over and over."""
+    worker's own dataflow, which it runs over and over.
 
-    def __init__(self, df):
+    ``copy`` numbers the copy. While the copy runs, serial maps inside it key their datapoints'
+    random streams by ``(pass, index, copy)`` (see ``MapData``), so the copies of a seeded
+    pipeline draw different random numbers (with ``(pass, index)`` alone, every copy's k-th
+    datapoint would get the same crop, flip, ...)."""
+
+    def __init__(self, df, copy=0):
         self.df = df
+        self.copy = copy
         self._it = None
 
     def __call__(self, _ticket):
-        for _ in range(2):
-            if self._it is None:
-                self._it = iter(self.df)
-            try:
-                return next(self._it)
-            except StopIteration:
-                self._it = None
+        local = _rng._local
+        outer = getattr(local, "copy", None)
+        local.copy = self.copy
+        try:
+            for _ in range(2):
+                if self._it is None:
+                    self._it = iter(self.df)
+                try:
+                    return next(self._it)
+                except StopIteration:
+                    self._it = None
+        finally:
+            local.copy = outer
         raise empty_pass_error("a worker's copy", self.df)
 
 
@@ -66,7 +79,7 @@ class OwnCopy:
 
     def __call__(self, wid):
         self.ds.reset_state()
-        return OwnDataFlow(self.ds)
+        return OwnDataFlow(self.ds, copy=wid)
 
 
 class CopiesRunner(ParallelMapData):

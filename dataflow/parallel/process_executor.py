@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 import warnings
@@ -24,7 +25,7 @@ from .. import config, rng
 from .._helpers import check_int
 from .protocol import CLOSED_WHILE_ITERATING, PROCESS
 from .shm import SegmentReader
-from . import transport
+from . import cvthreads, transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
                     default_start_method)
 from .supervisor import WorkerCrashedError, check_workers, describe_exit
@@ -142,6 +143,7 @@ class ProcessExecutor:
             self._pdeathsig = method != "fork" or \
                 threading.current_thread() is threading.main_thread()
             self._workers = [None] * num_workers
+            self._cv_threads = cvthreads.threads_for(num_workers)
             for wid in range(num_workers):
                 self._workers[wid] = self._spawn(wid)
         except BaseException:
@@ -157,7 +159,8 @@ class ProcessExecutor:
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
                   os.getpid(), self._pdeathsig, self.start_method != "forkserver",
-                  config.worker_nice()))
+                  config.worker_nice(), self._cv_threads,
+                  self.start_method == "fork" and "cv2" in sys.modules))
         try:
             with _without_main_module(self.start_method), warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no

@@ -17,6 +17,7 @@ import types
 import numpy as np
 
 from ..rng import set_datapoint_key
+from . import cvthreads
 
 __all__ = ["Executor", "InlineExecutor", "run_chunk", "WorkerError", "WorkerTraceback", "OK",
            "DROP", "ERR", "SERIAL", "THREAD", "PROCESS", "RAY"]
@@ -106,6 +107,7 @@ def run_chunk(func, run, items, stop=None):
     """
     out = []
     t0 = time.perf_counter()
+    cvthreads.apply_pending()       # the map function may have imported cv2 since the last chunk
     for seq, index, dp in items:
         set_datapoint_key((run, index))
         try:

@@ -60,6 +60,7 @@ from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, InlineExecutor, WorkerError,
                        run_chunk)
+from . import cvthreads
 from .supervisor import WorkerCrashedError, check_workers
 from .transport import pickle_error, unpickle_error
 
@@ -171,8 +172,9 @@ class _ActorBody:
     datapoint did).
     """
 
-    def __init__(self, make_func, wid, seed):
+    def __init__(self, make_func, wid, seed, cv_threads=1):
         rng.seed_worker(wid, seed)
+        cvthreads.set_process_limit(cv_threads)
         self.wid = wid
         self.failure = None
         try:
@@ -327,7 +329,8 @@ class RayExecutor:
         name = f"{self._tag}-w{wid}.{next(self._incarnations)}"
         actor = _actor_class_of(self._ray).options(
             name=name, num_cpus=self.num_cpus_per_worker, max_restarts=0,
-            max_task_retries=0).remote(self._func_ref, wid, rng.get_seed())
+            max_task_retries=0).remote(self._func_ref, wid, rng.get_seed(),
+                                       max(1, int(self.num_cpus_per_worker)))
         return _Slot(wid, name, actor, actor.info.remote())
 
     @property

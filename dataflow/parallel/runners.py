@@ -119,7 +119,7 @@ class MultiThreadRunner(ParallelMapData):
         self.ds = _Tickets(dataflow_length(self._dfs[0]))
 
     def _make_executor(self):
-        funcs = [OwnDataFlow(df) for df in self._dfs]
+        funcs = [OwnDataFlow(df, copy=k) for k, df in enumerate(self._dfs)]
         self._dfs = None
         return ThreadExecutor(self.num_workers, funcs.__getitem__)
 

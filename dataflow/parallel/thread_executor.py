@@ -15,6 +15,7 @@ import traceback
 
 from .. import config
 from .protocol import CLOSED_WHILE_ITERATING, THREAD, WorkerError, run_chunk
+from . import cvthreads
 from .supervisor import check_workers
 
 __all__ = ["ThreadExecutor"]
@@ -104,6 +105,8 @@ class ThreadExecutor:
         self.num_workers = 0
         self._watches = []
         self._threads = []
+        # OpenCV's pool, shared by the process, gets the CPUs per worker (cvthreads)
+        self._cv_token = cvthreads.hold(cvthreads.threads_for(num_workers))
         for _ in range(num_workers):
             self.add_worker()
 
@@ -159,6 +162,7 @@ class ThreadExecutor:
         if self._stop.is_set():
             return
         self._stop.set()
+        cvthreads.release(self._cv_token)
         self._results.put(None)              # wakes a get() blocked in another thread
         for _ in self._threads:
             self._tasks.put(None)

@@ -21,7 +21,7 @@ from .. import rng
 from .allocator import ZeroCopySwitch
 from .protocol import WorkerError, func_name, run_chunk
 from .shm import SegmentPool
-from . import shm, transport
+from . import cvthreads, shm, transport
 from .start import _close_all
 from .supervisor import die_with_parent, process_alive
 
@@ -93,7 +93,7 @@ def _take_messages(sock, pool, tasks):
 
 
 def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
-                 forked_by_consumer, nice):
+                 forked_by_consumer, nice, cv_threads, cv_inherited):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -107,6 +107,8 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
+    # forked with cv2 imported: OpenCV's count cannot be changed safely here (cvthreads)
+    cvthreads.set_process_limit(cv_threads, inherited=cv_inherited)
     context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
     sock.bind(endpoint)

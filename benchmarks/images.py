@@ -1,0 +1,309 @@
+"""Image pipelines side by side: dataflow, tensorpack 0.11 and torch's DataLoader.
+
+``python -m benchmarks.images [--workloads fbresnet,img] [--repeats 5] [--quick]``
+
+Workloads (``shared/benchmark-workloads.md``):
+
+* ``fbresnet``: 512 in-memory JPEGs of random size 300-500 px (quality 90), ``cv2.imdecode(...,
+  IMREAD_COLOR)`` then ``AugmentorList(fbresnet_augmentor(True))`` (tensorpack's ImageNet
+  training augmentation), ``BatchData(32)``, 2 workers. The same map function in every system,
+  each with its library's ``imgaug``. Goals: dataflow through the run-in-thread table >= 1.3x
+  tensorpack's better parallel mapper, and >= 1.8x dataflow's serial ``MapData``.
+* ``img``: 256 in-memory 256x320 JPEGs, decode -> random crop 224 -> flip -> normalize -> CHW,
+  ``BatchData(32)``, 2 workers (the pipeline of ``benchmarks.workloads``). Goals: the table's
+  choice >= 1.3x tensorpack's ``MultiThreadMapData`` and >= 1.3x torch's ``DataLoader(batch 32,
+  num_workers=2)`` (collated in its workers).
+
+Every run is a fresh Python process (so no run inherits another's threads, pools or caches),
+systems alternate run by run (A B C A B C ...), and each ratio is taken pair by pair (repeat r
+of one system against repeat r of the other), then its median and range are reported. A run
+times the batches after the first one (the first batch is startup): for ``fbresnet`` the rest of
+one pass (480 images; tensorpack's strict process mapper hangs at a pass boundary), for ``img``
+1024 images over several passes. The consumer reads one byte per page of every array.
+"""
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+FB_N, FB_QUALITY, FB_SEED = 512, 90, 2026
+BATCH = 32
+IMG_IMAGES = 1024
+
+SYSTEMS = {
+    "fbresnet": ["dataflow-serial", "dataflow-table", "tensorpack-threads",
+                 "tensorpack-processes", "tensorpack-serial"],
+    "img": ["dataflow-table", "tensorpack-threads", "torch"],
+}
+DESCRIPTIONS = {
+    ("fbresnet", "dataflow-serial"): "MapData(ds, f) (serial)",
+    ("fbresnet", "dataflow-table"):
+        "MapData(ds, [Lambda(native(imdecode)), ops.Augment(augs, copy=False)], "
+        "num_parallel_workers=2, python_multiprocessing=True)",
+    ("fbresnet", "tensorpack-threads"):
+        "tensorpack MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)",
+    ("fbresnet", "tensorpack-processes"):
+        "tensorpack MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, strict=True)",
+    ("fbresnet", "tensorpack-serial"): "tensorpack MapData(ds, f) (serial)",
+    ("img", "dataflow-table"):
+        "MapData(ds, [Decode, RandomCrop, RandomHorizontalFlip, Normalize, HWC2CHW], "
+        "num_parallel_workers=2, python_multiprocessing=True)",
+    ("img", "tensorpack-threads"):
+        "tensorpack MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True) (Pillow/numpy)",
+    ("img", "torch"): "torch DataLoader(ds, batch_size=32, num_workers=2) (Pillow/numpy)",
+}
+GOALS = {
+    "fbresnet": [("dataflow-table", ("tensorpack-threads", "tensorpack-processes"), 1.3),
+                 ("dataflow-table", ("dataflow-serial",), 1.8)],
+    "img": [("dataflow-table", ("tensorpack-threads",), 1.3),
+            ("dataflow-table", ("torch",), 1.3)],
+}
+
+
+# -- the fbresnet pipeline, written once for either library's imgaug -------------------------
+
+def fbresnet_augmentor(imgaug, cv2):
+    """tensorpack's ImageNet training augmentation (fb.resnet.torch), for BGR images."""
+    eigval = np.asarray([0.2175, 0.0188, 0.0045][::-1]) * 255.0
+    eigvec = np.array([[-0.5675, 0.7192, 0.4009],
+                       [-0.5808, -0.0045, -0.8140],
+                       [-0.5836, -0.6948, 0.4203]], dtype="float32")[::-1, ::-1]
+    return [
+        imgaug.GoogleNetRandomCropAndResize(interp=cv2.INTER_CUBIC),
+        imgaug.ToFloat32(),
+        imgaug.RandomOrderAug([imgaug.BrightnessScale((0.6, 1.4)),
+                               imgaug.Contrast((0.6, 1.4), rgb=False),
+                               imgaug.Saturation(0.4, rgb=False),
+                               imgaug.Lighting(0.1, eigval=eigval, eigvec=eigvec)]),
+        imgaug.ToUint8(),
+        imgaug.Flip(horiz=True),
+    ]
+
+
+def imdecode_bgr(buf):
+    import cv2
+    return cv2.imdecode(buf, cv2.IMREAD_COLOR)
+
+
+def make_fbresnet_map(imgaug):
+    """The map function of workload fbresnet: decode, then the augmentor list."""
+    import cv2
+    augs = imgaug.AugmentorList(fbresnet_augmentor(imgaug, cv2))
+
+    def fbresnet_map(dp):
+        return [augs.augment(cv2.imdecode(dp[0], cv2.IMREAD_COLOR)), dp[1]]
+    return fbresnet_map
+
+
+def fbresnet_source():
+    """512 ``[uint8 array of JPEG bytes, label]``: random 300-500 px, quality 90, fixed seed."""
+    from .decoders import make_jpegs
+    return [[np.frombuffer(b, np.uint8), k % 1000]
+            for k, b in enumerate(make_jpegs(FB_N, seed=FB_SEED, quality=FB_QUALITY))]
+
+
+# -- one run, in its own process ------------------------------------------------------------------
+
+def _batches_of_passes(df):
+    while True:
+        yield from df
+
+
+def _open(workload, system, source):
+    """(the stream of batches, an object to close or None, the mapper's executor)."""
+    family = system.split("-")[0]
+    if workload == "fbresnet":
+        if family == "dataflow":
+            import dataflow as m
+            ds = m.DataFromList(source, shuffle=False)
+            if system == "dataflow-serial":
+                mapped = m.MapData(ds, make_fbresnet_map(m.imgaug))
+            else:
+                import cv2
+                ops = [m.ops.Lambda(m.native(imdecode_bgr), index=0),
+                       m.ops.Augment(fbresnet_augmentor(m.imgaug, cv2), index=0, copy=False)]
+                mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=True)
+            df = m.BatchData(mapped, BATCH)
+            df.reset_state()
+            return iter(df), mapped, mapped.executor
+        from tensorpack import dataflow as tp
+        f = make_fbresnet_map(tp.imgaug)
+        ds = tp.DataFromList(source, shuffle=False)
+        if system == "tensorpack-serial":
+            mapped = tp.MapData(ds, f)
+        elif system == "tensorpack-threads":
+            mapped = tp.MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True)
+        else:
+            mapped = tp.MultiProcessMapDataZMQ(ds, 2, f, buffer_size=200, strict=True)
+        df = tp.BatchData(mapped, BATCH)
+        df.reset_state()
+        return iter(df), None, system.split("-")[1]
+    from .workloads import IMG_CROP, IMG_MEAN, IMG_STD, img_pipeline_numpy
+    if family == "dataflow":
+        import dataflow as m
+        o = m.ops
+        ops = [o.Decode(index=0), o.RandomCrop(IMG_CROP, index=0),
+               o.RandomHorizontalFlip(index=0), o.Normalize(IMG_MEAN, IMG_STD, index=0),
+               o.HWC2CHW(index=0)]
+        mapped = m.MapData(m.DataFromList(source, shuffle=False), ops, num_parallel_workers=2,
+                           python_multiprocessing=True)
+        df = m.BatchData(mapped, BATCH)
+        df.reset_state()
+        return _batches_of_passes(df), mapped, mapped.executor
+    if family == "tensorpack":
+        from tensorpack import dataflow as tp
+        mapped = tp.MultiThreadMapData(tp.DataFromList(source, shuffle=False), 2,
+                                       img_pipeline_numpy, buffer_size=200, strict=True)
+        df = tp.BatchData(mapped, BATCH)
+        df.reset_state()
+        return _batches_of_passes(df), None, "threads"
+    import torch.utils.data
+    from ._torch_dataset import MapStyleDataset
+    dataset = MapStyleDataset(source, img_pipeline_numpy, IMG_IMAGES + 2 * BATCH)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=2)
+    return iter(loader), None, "processes, collated in workers"
+
+
+def run_one(workload, system, data_path):
+    from .workloads import consume
+    with open(data_path, "rb") as f:
+        source = pickle.load(f)
+    t0 = time.perf_counter()
+    stream, closer, executor = _open(workload, system, source)
+    consume(next(stream))
+    startup = time.perf_counter() - t0
+    images = FB_N - BATCH if workload == "fbresnet" else IMG_IMAGES
+    t0 = time.perf_counter()
+    n = 0
+    while n < images:
+        batch = next(stream)
+        consume(batch)
+        n += len(batch[1])
+    rate = n / (time.perf_counter() - t0)
+    if closer is not None:
+        closer.close()
+    return {"rate": rate, "startup_s": startup, "executor": executor, "images": n}
+
+
+# -- the driver -----------------------------------------------------------------------------------
+
+def _write_sources(tmpdir, workloads):
+    paths = {}
+    for w in workloads:
+        if w == "fbresnet":
+            source = fbresnet_source()
+        else:
+            from .workloads import jpeg_source
+            source = jpeg_source()
+        paths[w] = os.path.join(tmpdir, f"{w}.pkl")
+        with open(paths[w], "wb") as f:
+            pickle.dump(source, f)
+    return paths
+
+
+def _spawn(workload, system, path, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "benchmarks.images", "--run", workload, system, path]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s"}
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    if r.returncode != 0 or not lines:
+        return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
+    return json.loads(lines[-1])
+
+
+def _fmt(values):
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def _ratio_fmt(rs):
+    return f"**{statistics.median(rs):.2f}x** ({min(rs):.2f}-{max(rs):.2f})"
+
+
+def report(workload, results, repeats):
+    print(f"\n### workload `{workload}` ({repeats} alternating runs per system)\n")
+    print("| system | images/s median (min-max) | startup ms | runs in |")
+    print("|---|---|---|---|")
+    for s in SYSTEMS[workload]:
+        ok = [r for r in results[s] if "rate" in r]
+        if not ok:
+            errs = "; ".join(sorted({r["error"] for r in results[s]}))
+            print(f"| {DESCRIPTIONS[(workload, s)]} | failed: {errs} | | |")
+            continue
+        start = statistics.median(r["startup_s"] for r in ok) * 1000
+        print(f"| {DESCRIPTIONS[(workload, s)]} | {_fmt([r['rate'] for r in ok])} | "
+              f"{start:.0f} | {ok[0]['executor']} |")
+    print("\nPair by pair (repeat r against repeat r):\n")
+    for ours, peers, goal in GOALS[workload]:
+        for peer in peers:
+            rs = [a["rate"] / b["rate"] for a, b in zip(results[ours], results[peer])
+                  if "rate" in a and "rate" in b]
+            if rs:
+                met = "met" if statistics.median(rs) >= goal else "MISSED"
+                print(f"- {ours} / {peer}: {_ratio_fmt(rs)}; goal >= {goal}x: {met}")
+        if len(peers) > 1:      # against the better of the peers, run by run
+            rs = []
+            for k in range(repeats):
+                a = results[ours][k]
+                bs = [results[p][k] for p in peers]
+                if "rate" in a and all("rate" in b for b in bs):
+                    rs.append(a["rate"] / max(b["rate"] for b in bs))
+            if rs:
+                met = "met" if statistics.median(rs) >= goal else "MISSED"
+                print(f"- {ours} / the better of {', '.join(peers)}: {_ratio_fmt(rs)}; "
+                      f"goal >= {goal}x: {met}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default="fbresnet,img")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="2 repeats: a smoke run")
+    p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--json", default="", help="write the raw results here")
+    p.add_argument("--run", nargs=3, metavar=("WORKLOAD", "SYSTEM", "DATA"),
+                   help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.run:
+        print(json.dumps(run_one(*args.run)))
+        return
+    workloads = [w for w in args.workloads.split(",") if w]
+    for w in workloads:
+        if w not in SYSTEMS:
+            p.error(f"unknown workload {w!r}; choose from {sorted(SYSTEMS)}")
+    repeats = 2 if args.quick else args.repeats
+    print(f"# benchmarks.images, {time.strftime('%Y-%m-%d %H:%M %Z')}, {platform.node()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    raw = {}
+    with tempfile.TemporaryDirectory(prefix="dataflow-bench-images-") as tmp:
+        paths = _write_sources(tmp, workloads)
+        for w in workloads:
+            results = {s: [] for s in SYSTEMS[w]}
+            for k in range(repeats):
+                for s in SYSTEMS[w]:
+                    r = _spawn(w, s, paths[w], args.timeout)
+                    results[s].append(r)
+                    shown = f"{r['rate']:,.0f} images/s" if "rate" in r else r["error"]
+                    print(f"# {w} run {k + 1}/{repeats} {s}: {shown}", file=sys.stderr,
+                          flush=True)
+            raw[w] = results
+            report(w, results, repeats)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

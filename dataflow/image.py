@@ -1,0 +1,306 @@
+"""tensorpack's image dataflows: :class:`ImageFromFile` and the three that apply
+:mod:`dataflow.imgaug` augmentors to datapoints, :class:`AugmentImageComponent`,
+:class:`AugmentImageCoordinates` and :class:`AugmentImageComponents`.
+
+The augmenting ones are :class:`~dataflow.MapData`\\ s whose map function is an op
+(``.func``) of the same nativeness as its augmentors (see :mod:`dataflow.ops.augment`), so the
+function itself may also be run by a parallel ``MapData`` under the run-in-thread table. Their
+augmentors draw from the datapoint's own random stream inside the map (see
+:mod:`dataflow.imgaug.base`), so with :func:`dataflow.set_seed` the output is reproducible, and
+the same as a parallel map's. Differences from tensorpack 0.11, all fixes:
+
+* coordinates may have any floating dtype (float32 included), not only float64;
+* a tuple datapoint is copied into a list before its components are replaced (tensorpack
+  fails on it);
+* with ``catch_exceptions=True`` the first 10 failures, then every 100th, are logged with the
+  traceback (what tensorpack did, not what its docstring said), and the failing datapoint is
+  dropped (``len()`` is unchanged);
+* ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files``, not the caller's list, and
+  a missing or unreadable file raises an error naming it.
+"""
+import copy as _copy
+import logging
+import os
+
+import numpy as np
+
+from .base import RNGDataFlow
+from .common import MapData, MapDataComponent
+from .ops.augment import as_augmentor_list, augmentors_native
+from .ops.base import Op
+
+__all__ = ["ImageFromFile", "AugmentImageComponent", "AugmentImageCoordinates",
+           "AugmentImageComponents"]
+
+logger = logging.getLogger("dataflow")
+
+
+def _shape2d(a):
+    """tensorpack's ``shape2d``: an int ``a`` is ``[a, a]``, a pair is ``list(a)``."""
+    if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+        return [int(a), int(a)]
+    if isinstance(a, (list, tuple)) and len(a) == 2:
+        return list(a)
+    raise ValueError(f"Illegal shape: {a!r} (expected an int or a pair (h, w))")
+
+
+def _check_image(img, what):
+    from .imgaug.base import check_dtype
+    try:
+        check_dtype(img)
+    except TypeError as e:
+        raise TypeError(f"{what}: {e}") from None
+
+
+def _check_coords(coords, what):
+    """Coordinates are an ``N x 2`` array of ``(x, y)`` of a floating dtype."""
+    if not isinstance(coords, np.ndarray):
+        raise TypeError(f"{what}: coordinates must be an N x 2 numpy array of (x, y), got "
+                        f"{type(coords).__name__}")
+    if coords.ndim != 2 or coords.shape[1] != 2:
+        raise ValueError(f"{what}: coordinates must be an N x 2 array of (x, y), got shape "
+                         f"{coords.shape}")
+    if coords.dtype.kind != "f":
+        raise TypeError(f"{what}: coordinates must have a floating dtype (float32 or float64), "
+                        f"got {coords.dtype}")
+
+
+class _ExceptionHandler:
+    """With ``catch=True``, count the exceptions of ``run`` and return ``None`` for them (the
+    datapoint is dropped), logging the first 10 and then every 100th with their traceback;
+    otherwise let them through."""
+
+    def __init__(self, catch, what):
+        self.catch = bool(catch)
+        self.what = what
+        self.count = 0
+
+    def run(self, fn, *args):
+        if not self.catch:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except Exception:
+            self.count += 1
+            if self.count <= 10 or self.count % 100 == 0:
+                logger.exception("%s: an exception was caught (%d so far); the datapoint is "
+                                 "dropped", self.what, self.count)
+            return None
+
+
+def _as_list(dp):
+    return list(dp) if isinstance(dp, tuple) else dp
+
+
+class _AugmentComponent(Op):
+    """The map function of :class:`AugmentImageComponent`: augment component ``index``."""
+
+    def __init__(self, augs, index, copy, handler):
+        super().__init__(index)
+        self.augs, self.copy, self.handler = augs, copy, handler
+
+    @property
+    def native(self):
+        return augmentors_native(self.augs)
+
+    def _augment(self, img):
+        if self.copy:
+            img = _copy.deepcopy(img)
+        return self.augs.augment(img)
+
+    def apply(self, img):
+        _check_image(img, "AugmentImageComponent")     # outside the handler, as tensorpack
+        return self.handler.run(self._augment, img)
+
+
+class _AugmentCoordinates(Op):
+    """The map function of :class:`AugmentImageCoordinates`."""
+
+    def __init__(self, augs, img_index, coords_index, copy, handler):
+        super().__init__(None)
+        self.augs, self.copy, self.handler = augs, copy, handler
+        self.img_index, self.coords_index = img_index, coords_index
+
+    @property
+    def native(self):
+        return augmentors_native(self.augs)
+
+    def _augment(self, dp):
+        img, coords = dp[self.img_index], dp[self.coords_index]
+        _check_image(img, "AugmentImageCoordinates")
+        _check_coords(coords, "AugmentImageCoordinates")
+        if self.copy:
+            img, coords = _copy.deepcopy((img, coords))
+        tfms = self.augs.get_transform(img)
+        dp = _as_list(dp)
+        dp[self.img_index] = tfms.apply_image(img)     # first: later transforms are lazy
+        dp[self.coords_index] = tfms.apply_coords(coords)
+        return dp
+
+    def apply(self, dp):
+        return self.handler.run(self._augment, dp)
+
+
+class _AugmentComponents(Op):
+    """The map function of :class:`AugmentImageComponents`."""
+
+    def __init__(self, augs, index, coords_index, copy, handler):
+        super().__init__(None)
+        self.augs, self.copy, self.handler = augs, copy, handler
+        self.indices, self.coords_index = tuple(index), tuple(coords_index)
+
+    @property
+    def native(self):
+        return augmentors_native(self.augs)
+
+    def _augment(self, dp):
+        dp = _as_list(_copy.copy(dp))
+        what = "AugmentImageComponents"
+        major = self.indices[0]
+        im = dp[major]
+        if self.copy:
+            im = _copy.deepcopy(im)
+        _check_image(im, what)
+        tfms = self.augs.get_transform(im)
+        dp[major] = tfms.apply_image(im)              # first: later transforms are lazy
+        for idx in self.indices[1:]:
+            _check_image(dp[idx], what)
+            dp[idx] = tfms.apply_image(_copy.deepcopy(dp[idx]) if self.copy else dp[idx])
+        for idx in self.coords_index:
+            coords = dp[idx]
+            _check_coords(coords, what)
+            dp[idx] = tfms.apply_coords(_copy.deepcopy(coords) if self.copy else coords)
+        return dp
+
+    def apply(self, dp):
+        return self.handler.run(self._augment, dp)
+
+
+class ImageFromFile(RNGDataFlow):
+    """Produce ``[image]`` for each image file in ``files``.
+
+    ``channel=3`` gives an ``H x W x 3`` uint8 image in **RGB** order (as tensorpack, unlike
+    ``dataset.ILSVRC12`` and the other dataset readers, which give OpenCV's BGR);
+    ``channel=1`` gives grayscale ``H x W x 1``. Files are read with ``cv2.imread`` (so the EXIF
+    orientation is applied). ``resize`` (an int or ``(h, w)``) resizes every image with
+    ``cv2.resize`` (``INTER_LINEAR``). ``shuffle=True`` visits the files in a new random order
+    each pass (needs ``reset_state()``; the caller's list is left as it is). A missing file
+    raises ``FileNotFoundError`` and one OpenCV cannot read ``ValueError``, naming the file.
+    Needs OpenCV (``pip install "dataflow-rt[images]"``).
+    """
+
+    def __init__(self, files, channel=3, resize=None, shuffle=False):
+        files = list(files)
+        if not files:
+            raise ValueError("No image files given to ImageFromFile!")
+        if int(channel) not in (1, 3):
+            raise ValueError(f"ImageFromFile: channel must be 1 or 3, got {channel!r}")
+        self.files = files
+        self.channel = int(channel)
+        self.resize = None if resize is None else _shape2d(resize)
+        self.shuffle = shuffle
+
+    def __len__(self):
+        return len(self.files)
+
+    def _read(self, f):
+        from .parallel.cvthreads import import_cv2
+        cv2 = import_cv2()
+        rgb = getattr(cv2, "IMREAD_COLOR_RGB", None)        # OpenCV >= 4.10
+        if self.channel == 1:
+            flag = cv2.IMREAD_GRAYSCALE
+        else:
+            flag = cv2.IMREAD_COLOR if rgb is None else rgb
+        im = cv2.imread(f, flag)
+        if im is None:
+            if not os.path.isfile(f):
+                raise FileNotFoundError(f"ImageFromFile: no such image file: {f!r}")
+            raise ValueError(f"ImageFromFile: OpenCV cannot read {f!r} as an image")
+        if self.channel == 3 and rgb is None:
+            im = im[:, :, ::-1]
+        if self.resize is not None:
+            h, w = self.resize
+            im = cv2.resize(im, (w, h))
+        if self.channel == 1:
+            im = im[:, :, np.newaxis]
+        return im
+
+    def __iter__(self):
+        files = self.files
+        if self.shuffle:
+            if self.rng is None:
+                raise RuntimeError("ImageFromFile(shuffle=True): call reset_state() before "
+                                   "iterating")
+            files = list(files)
+            self.rng.shuffle(files)
+        for f in files:
+            yield [self._read(f)]
+
+
+class AugmentImageComponent(MapDataComponent):
+    """Apply image augmentors to component ``index`` (an int or a dict key) of each datapoint.
+
+    ``augmentors`` is an :class:`~dataflow.imgaug.AugmentorList` or a list of augmentors.
+    ``copy=True`` augments a deep copy of the image (some augmentors write in place, and some
+    sources yield the same arrays every pass); ``copy=False`` saves it. A component that is not
+    a uint8 or floating numpy array raises ``TypeError`` even with ``catch_exceptions=True``;
+    with it, any other exception drops the datapoint (logged, see the module doc). The result is
+    a shallow copy of the datapoint with the new component; the others are untouched.
+    ``reset_state()`` also reseeds the augmentors.
+    """
+
+    def __init__(self, ds, augmentors, index=0, copy=True, catch_exceptions=False):
+        self.augs = as_augmentor_list(augmentors, "AugmentImageComponent")
+        self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponent")
+        self._index = index
+        # Not MapDataComponent.__init__: the map function is an op that places the component
+        # itself (and states its nativeness), so MapData gets it directly.
+        MapData.__init__(self, ds, _AugmentComponent(self.augs, index, copy, self._handler))
+
+    def reset_state(self):
+        super().reset_state()
+        self.augs.reset_state()
+
+
+class AugmentImageCoordinates(MapData):
+    """Apply image augmentors to the image ``dp[img_index]`` and, with the same transform, to
+    the coordinates ``dp[coords_index]`` (an ``N x 2`` array of ``(x, y)`` of any floating
+    dtype). ``copy``, ``catch_exceptions``: as :class:`AugmentImageComponent`, except that here
+    a bad image or bad coordinates are caught too (as in tensorpack).
+    """
+
+    def __init__(self, ds, augmentors, img_index=0, coords_index=1, copy=True,
+                 catch_exceptions=False):
+        self.augs = as_augmentor_list(augmentors, "AugmentImageCoordinates")
+        self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageCoordinates")
+        super().__init__(ds, _AugmentCoordinates(self.augs, img_index, coords_index, copy,
+                                                 self._handler))
+
+    def reset_state(self):
+        super().reset_state()
+        self.augs.reset_state()
+
+
+class AugmentImageComponents(MapData):
+    """Apply one random transform to several images and coordinate arrays of a datapoint.
+
+    The transform is drawn from the first image, ``dp[index[0]]``, and applied to it, then to
+    the other images ``dp[i]`` for ``i in index[1:]`` (the same geometry and the same
+    photometric changes: masks, A/B pairs) and to the coordinates ``dp[j]`` for ``j in
+    coords_index`` (``N x 2`` arrays of ``(x, y)``, any floating dtype). ``index`` must be a
+    sequence. ``copy``, ``catch_exceptions``: as :class:`AugmentImageCoordinates`.
+    """
+
+    def __init__(self, ds, augmentors, index=(0, 1), coords_index=(), copy=True,
+                 catch_exceptions=False):
+        if not isinstance(index, (list, tuple)) or not index:
+            raise TypeError(f"AugmentImageComponents: index must be a non-empty list or tuple "
+                            f"of components, got {index!r}")
+        self.augs = as_augmentor_list(augmentors, "AugmentImageComponents")
+        self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponents")
+        super().__init__(ds, _AugmentComponents(self.augs, index, coords_index, copy,
+                                                self._handler))
+
+    def reset_state(self):
+        super().reset_state()
+        self.augs.reset_state()

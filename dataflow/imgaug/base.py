@@ -1,0 +1,334 @@
+"""Base classes of image augmentors: :class:`ImageAugmentor` (alias :data:`Augmentor`),
+:class:`AugmentorList` and :class:`PhotometricAugmentor`.
+
+An augmentor draws its random parameters in ``get_transform(img)`` and returns a deterministic
+:class:`~dataflow.imgaug.transform.Transform`; ``augment(img)`` is
+``get_transform(img).apply_image(img)``.
+
+**Images.** An image is a numpy array, ``H x W`` or ``H x W x C``, of dtype uint8 (values in
+[0, 255]) or floating (values in [0, 1] or [0, 255]). Any other dtype (int16/32/64, uint16,
+bool, ...) is rejected by :func:`check_dtype` with a ``TypeError`` naming the dtype (tensorpack
+0.11 meant to reject them too, but its check never fired): convert label maps and other integer
+images with ``.astype(np.uint8)`` or ``.astype(np.float32)`` first.
+
+**Randomness.** Augmentors draw from ``self.rng``, a ``numpy.random.RandomState`` (the legacy
+API: ``uniform``, ``randint``, ``rand``, ``randn``, ``choice``, ``permutation``, ...):
+
+* inside a map (serial ``MapData`` or any parallel map), ``self.rng`` is the datapoint's own
+  stream, :func:`dataflow.rng.datapoint_random_state`, shared by all augmentors applied to that
+  datapoint in call order. With :func:`dataflow.set_seed` the output therefore depends only on
+  the seed and the datapoint (its pass and index), not on the worker count or the executor;
+* outside a map, ``self.rng`` is the augmentor's own stream, as in tensorpack:
+  ``reset_state()`` reseeds it from :func:`dataflow.rng.get_rng`, a copy in another process
+  (forked, or unpickled in a spawned worker) reseeds itself on its first draw, and assigning
+  ``self.rng = ...`` replaces it (for use outside maps only). An augmentor whose ``__init__``
+  never calls ``super().__init__()`` gets one on first use.
+
+**Native.** A map of native ops runs in threads (see :mod:`dataflow.parallel.policy`). An
+augmentor is native, :func:`is_native_augmentor`, when its class states ``native = True`` *in
+its own class body* (``"native" in type(aug).__dict__``; every built-in augmentor of
+``dataflow.imgaug`` does, since their work runs in OpenCV or numpy with the GIL released) or its
+class was marked with :func:`dataflow.native`. A user subclass does *not* inherit the built-in's
+flag: its Python code is Python work until its author marks it. Containers
+(:class:`AugmentorList`, ``RandomApplyAug``, ``RandomChooseAug``, ``RandomOrderAug``) are native
+when all their members are, ``MapImage`` when its functions are marked native.
+
+**Legacy API** (tensorpack < 0.10, still subclassed by user code): an augmentor may define
+``_get_augment_params(img)`` and ``_augment(img, params)`` (and ``_augment_coords(coords,
+params)``) instead of ``get_transform``; the base ``get_transform`` bridges them. The calls
+``augment_return_params``, ``augment_with_params`` and ``augment_coords`` work as before.
+"""
+import logging
+import os
+from collections import namedtuple
+
+import numpy as np
+
+from .. import rng as _rng
+from .transform import BaseTransform, LazyTransform, PhotometricTransform, TransformList, \
+    default_repr
+
+__all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
+
+logger = logging.getLogger("dataflow")
+
+ImagePlaceholder = namedtuple("ImagePlaceholder", ["shape"])
+
+_local = _rng._local         # the thread's datapoint key (set by whoever applies a map)
+_pid = os.getpid()           # this process; an augmentor's own rng is reseeded when it differs
+
+
+def _after_fork():
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+_IMAGE_DTYPE_CHARS = frozenset("Befdg")      # uint8, float16/32/64, long double
+
+
+def check_dtype(img):
+    """Raise ``TypeError`` unless ``img`` is a numpy array of dtype uint8 or floating (see the
+    module doc for why other integer dtypes are rejected)."""
+    if not isinstance(img, np.ndarray):
+        raise TypeError(f"[Augmentor] Needs an numpy array, but got a {type(img).__name__}!")
+    if img.dtype.char not in _IMAGE_DTYPE_CHARS:
+        raise TypeError(
+            f"[Augmentor] Needs an image of dtype uint8 or floating point, got {img.dtype} "
+            f"(shape {img.shape}); convert it first, e.g. img.astype(np.float32)")
+
+
+def is_native_augmentor(aug):
+    """Whether ``aug`` (an :class:`ImageAugmentor`) runs its work in C with the GIL released:
+    its class sets ``native = True`` in its own body or was marked with :func:`dataflow.native`;
+    a container is native when all its members are. See the module doc."""
+    return bool(aug._is_native())
+
+
+_deprecation_counts = {}
+
+
+def _log_deprecated(what, limit=3):
+    n = _deprecation_counts.get(what, 0)
+    if n < limit:
+        _deprecation_counts[what] = n + 1
+        logger.warning("imgaug: %s is deprecated since 2020-06-06; use get_transform(img) and "
+                       "the Transform's apply_image/apply_coords instead.", what)
+
+
+class ImageAugmentor:
+    """Base class of image augmentors (see the module doc for images, randomness, the native
+    flag and the legacy API). Subclasses implement ``get_transform(img)``, or the legacy pair
+    ``_get_augment_params(img)`` / ``_augment(img, params)``."""
+
+    native = False
+
+    def __init__(self):
+        self.reset_state()
+
+    # -- randomness ------------------------------------------------------------------------
+    @property
+    def rng(self):
+        """The datapoint's ``RandomState`` inside a map, else this augmentor's own."""
+        if _local.key is not None:
+            return _rng.datapoint_random_state()
+        d = self.__dict__
+        own = d.get("_own_rng")
+        if own is None or d["_own_rng_pid"] != _pid:
+            own = self._reseed()
+        return own
+
+    @rng.setter
+    def rng(self, value):
+        self.__dict__["_own_rng"] = value
+        self.__dict__["_own_rng_pid"] = _pid
+
+    def _reseed(self):
+        self.rng = own = _rng.get_rng(self)
+        return own
+
+    def reset_state(self):
+        """Reseed this augmentor's own rng (call it in the process that uses the augmentor;
+        the ``AugmentImage*`` dataflows do)."""
+        self._reseed()
+
+    def _rand_range(self, low=1.0, high=None, size=None):
+        """Uniform float32 in ``[low, high)`` (``[0, low)`` when ``high`` is None): a numpy
+        float32 scalar, or an array of shape ``size``."""
+        if high is None:
+            low, high = 0, low
+        if size is None:
+            return np.float32(self.rng.uniform(low, high))
+        return self.rng.uniform(low, high, size).astype(np.float32)
+
+    def _init(self, params=None):
+        """Set every entry of ``params`` (``locals()`` of ``__init__``) not named ``self`` and not
+        starting with ``_`` as an attribute (tensorpack's constructor convention)."""
+        if params:
+            for k, v in params.items():
+                if k != "self" and not k.startswith("_"):
+                    setattr(self, k, v)
+
+    def _is_native(self):
+        cls = type(self)
+        return cls.__dict__.get("native", False) is True or \
+            bool(getattr(cls, "__dataflow_native__", False))
+
+    # -- the Transform API -----------------------------------------------------------------
+    def get_transform(self, img):
+        """A deterministic transform for ``img``; all randomness is drawn here. The base
+        implementation bridges legacy augmentors (``_get_augment_params`` / ``_augment``)."""
+        _log_deprecated(f"{type(self).__name__}: the _get_augment_params/_augment interface",
+                        limit=1)
+        if hasattr(self, "_get_augment_params"):
+            params = self._get_augment_params(img)
+        elif hasattr(self, "get_augment_params"):
+            params = self.get_augment_params(img)
+        else:
+            params = None
+        if isinstance(params, BaseTransform):
+            return params
+        return _LegacyTransform(self, params)
+
+    def augment(self, img):
+        """``get_transform(img).apply_image(img)``, after :func:`check_dtype`."""
+        check_dtype(img)
+        return self.get_transform(img).apply_image(img)
+
+    # -- the legacy API --------------------------------------------------------------------
+    def augment_return_params(self, d):
+        """Legacy: ``(augmented image, transform)``."""
+        _log_deprecated("augment_return_params")
+        t = self.get_transform(d)
+        return t.apply_image(d), t
+
+    def augment_with_params(self, d, param):
+        """Legacy: apply the transform ``param`` returned by :meth:`augment_return_params`."""
+        _log_deprecated("augment_with_params")
+        return param.apply_image(d)
+
+    def augment_coords(self, coords, param):
+        """Legacy: map ``coords`` through the transform ``param``."""
+        _log_deprecated("augment_coords")
+        return param.apply_coords(coords)
+
+    def __repr__(self):
+        try:
+            return default_repr(self)
+        except Exception:
+            return object.__repr__(self)
+
+    __str__ = __repr__
+
+
+Augmentor = ImageAugmentor
+TransformAugmentorBase = ImageAugmentor       # tensorpack's legacy alias
+
+
+class _LegacyTransform(BaseTransform):
+    """What the base ``get_transform`` returns for a legacy augmentor: ``_augment(img, params)``
+    for images; ``_augment_coords(coords, params)`` (or an overridden ``augment_coords``) for
+    coordinates, which are unchanged when the augmentor defines neither (the old default)."""
+
+    def __init__(self, aug, params):
+        self.aug, self.params = aug, params
+
+    def apply_image(self, img):
+        aug = self.aug
+        if not hasattr(aug, "_augment"):
+            raise NotImplementedError(f"{type(aug).__name__} implements neither get_transform "
+                                      "nor the legacy _augment")
+        return aug._augment(img, self.params)
+
+    def apply_coords(self, coords):
+        aug = self.aug
+        if hasattr(aug, "_augment_coords"):
+            return aug._augment_coords(coords, self.params)
+        if type(aug).augment_coords is not ImageAugmentor.augment_coords:
+            return aug.augment_coords(coords, self.params)
+        return coords
+
+    def __getattr__(self, name):
+        if name.startswith("apply_"):
+            cls = type(self.__dict__["aug"]).__name__
+
+            def missing(*args, **kwargs):
+                raise NotImplementedError(f"{cls} does not implement method {name}")
+            return missing
+        raise AttributeError(name)
+
+    def __repr__(self):
+        return f"imgaug.TransformFactory(LegacyConversion -- {self.aug!r})"
+
+    __str__ = __repr__
+
+
+class AugmentorList(ImageAugmentor):
+    """Apply ``augmentors`` (a list or tuple) in order.
+
+    ``get_transform(img)`` asks the first augmentor for its transform at once and wraps every
+    later one in a :class:`~dataflow.imgaug.transform.LazyTransform`, made on its first
+    ``apply_image`` from the *intermediate* image, so each augmentor sees the output of the
+    previous ones. Hence ``apply_image`` must run before ``apply_coords`` (which otherwise
+    raises ``AssertionError``), and applying the same transform to a second image reuses the
+    parameters drawn for the first. ``reset_state()`` reseeds every member.
+    """
+
+    native = True
+
+    def __init__(self, augmentors):
+        if not isinstance(augmentors, (list, tuple)):
+            raise TypeError(f"AugmentorList needs a list or tuple of augmentors, got "
+                            f"{type(augmentors).__name__}")
+        self.augmentors = augmentors
+        super().__init__()
+
+    def get_transform(self, img):
+        check_dtype(img)
+        if img.ndim not in (2, 3):
+            raise ValueError(f"AugmentorList needs an HW or HWC image, got shape {img.shape}")
+        if not self.augmentors:
+            return TransformList([])
+        first = self.augmentors[0].get_transform(img)
+        tfms = list(first.tfms) if isinstance(first, TransformList) else [first]
+        for a in self.augmentors[1:]:
+            tfms.append(LazyTransform(a.get_transform))
+        return TransformList(tfms)
+
+    def reset_state(self):
+        super().reset_state()
+        for a in self.augmentors:
+            a.reset_state()
+
+    def _is_native(self):
+        return ImageAugmentor._is_native(self) and \
+            all(is_native_augmentor(a) for a in self.augmentors)
+
+    def __repr__(self):
+        inner = ",\n".join("  " + repr(a) for a in self.augmentors)
+        return f"imgaug.AugmentorList([\n{inner}])"
+
+    __str__ = __repr__
+
+
+class PhotometricAugmentor(ImageAugmentor):
+    """An augmentor that changes pixel values only: coordinates are unchanged. Subclasses
+    implement ``_get_augment_params(img)`` (drawn eagerly in ``get_transform``; ``None`` by
+    default) and ``_augment(img, params)``."""
+
+    def get_transform(self, img):
+        return _AugmentorTransform(self, self._get_augment_params(img))
+
+    def _get_augment_params(self, _):
+        return None
+
+
+class _AugmentorTransform(PhotometricTransform):
+    """The transform of a :class:`PhotometricAugmentor`: ``aug._augment(img, params)``; its
+    name (``"from <augmentor repr>"``) is built only when printed."""
+
+    def __init__(self, aug, params):
+        self.aug, self.params = aug, params
+
+    def apply_image(self, img):
+        return self.aug._augment(img, self.params)
+
+    def func(self, img):
+        return self.aug._augment(img, self.params)
+
+    @property
+    def name(self):
+        return "from " + str(self.aug)
+
+
+def shape2d(a):
+    """``[a, a]`` for an int (a numpy integer included), ``list(a)`` for a pair; otherwise
+    ``RuntimeError("Illegal shape")`` (tensorpack's helper)."""
+    if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+        return [int(a), int(a)]
+    if isinstance(a, (list, tuple)) and len(a) == 2:
+        return list(a)
+    raise RuntimeError(f"Illegal shape: {a!r}")

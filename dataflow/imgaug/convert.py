@@ -1,0 +1,73 @@
+"""Colour-space and dtype conversions: :class:`ColorSpace`, :class:`Grayscale`,
+:class:`ToUint8`, :class:`ToFloat32`."""
+import numpy as np
+
+from ._cv import cv2
+from .transform import cv_input
+from .base import PhotometricAugmentor
+from .imgproc import to_uint8
+
+__all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
+
+
+class ColorSpace(PhotometricAugmentor):
+    """``cv2.cvtColor(img, mode)``; with ``keepdims`` a result that lost its channel axis
+    gets it back (``(H, W, 1)``)."""
+
+    native = True
+
+    def __init__(self, mode, keepdims=True):
+        super().__init__()
+        self._init(locals())
+
+    def _augment(self, img, _):
+        out = cv2().cvtColor(cv_input(img), self.mode)
+        if self.keepdims and out.ndim != img.ndim and out.ndim == 2:
+            out = out[:, :, np.newaxis]
+        return out
+
+
+class Grayscale(ColorSpace):
+    """Convert a BGR (or, with ``rgb``, RGB) image to grey, ``(H, W, 1)`` with ``keepdims``;
+    ``keepshape`` (which needs ``keepdims``) repeats the grey channel to 3 channels."""
+
+    native = True
+
+    def __init__(self, keepdims=True, rgb=False, keepshape=False):
+        if keepshape and not keepdims:
+            raise ValueError("Grayscale: keepshape=True needs keepdims=True")
+        self.keepshape = keepshape
+        self.rgb = rgb
+        # the cv2 constants: COLOR_BGR2GRAY == 6, COLOR_RGB2GRAY == 7
+        super().__init__(7 if rgb else 6, keepdims)
+
+    def _augment(self, img, _):
+        out = super()._augment(img, _)
+        if self.keepshape:
+            out = np.concatenate([out] * 3, axis=2)
+        return out
+
+
+class ToUint8(PhotometricAugmentor):
+    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack); a uint8 image is
+    returned as is."""
+
+    native = True
+
+    def __init__(self):
+        super().__init__()
+
+    def _augment(self, img, _):
+        return to_uint8(img)
+
+
+class ToFloat32(PhotometricAugmentor):
+    """``img.astype(float32)``; a float32 image is returned as is."""
+
+    native = True
+
+    def __init__(self):
+        super().__init__()
+
+    def _augment(self, img, _):
+        return img.astype(np.float32, copy=False)

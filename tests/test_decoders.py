@@ -1,0 +1,95 @@
+"""ops.Decode's JPEG decoders: every choice gives the same layout, dtype and colour order."""
+import io
+
+import numpy as np
+import pytest
+
+from dataflow.ops import Decode, jpeg_decoder
+from dataflow.ops import image as image_ops
+
+Image = pytest.importorskip("PIL.Image")
+pytest.importorskip("cv2")
+pytest.importorskip("simplejpeg")
+
+DECODERS = ("simplejpeg", "cv2", "pillow")
+
+
+def _jpeg(arr, **kw):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=95, **kw)
+    return buf.getvalue()
+
+
+def _picture(h=40, w=56):
+    yy, xx = np.mgrid[0:h, 0:w]
+    return np.stack([yy * 5, xx * 4, 255 - (yy + xx) * 2], -1).clip(0, 255).astype(np.uint8)
+
+
+def test_auto_is_the_fastest_installed():
+    # benchmarks/decoders.py: simplejpeg, then cv2, then Pillow
+    assert jpeg_decoder() == "simplejpeg"
+    assert Decode().decoder == "auto"
+
+
+@pytest.mark.parametrize("mode,shape", [("RGB", (40, 56, 3)), ("L", (40, 56, 1)),
+                                        ("RGBA", (40, 56, 4))])
+def test_every_decoder_gives_the_same_layout(mode, shape):
+    pic = _picture()
+    jpg = _jpeg(pic)
+    ref = np.array(Image.open(io.BytesIO(jpg)).convert(mode))
+    if ref.ndim == 2:
+        ref = ref[:, :, None]
+    for name in DECODERS:
+        out = Decode(mode, decoder=name)(jpg)
+        assert out.shape == shape and out.dtype == np.uint8, name
+        assert out.flags.writeable and out.flags.c_contiguous, name
+        # RGB order (red first), not OpenCV's BGR; the same libjpeg-turbo settings give the
+        # same pixels, so allow only rounding differences between builds
+        assert np.abs(out.astype(int) - ref).max() <= 2, name
+    if mode == "RGB":
+        red = _jpeg(np.full((16, 16, 3), (250, 0, 0), np.uint8))
+        for name in DECODERS:
+            px = Decode(decoder=name)(red)[8, 8]
+            assert px[0] > 200 and px[2] < 50, (name, px)
+
+
+def test_grayscale_jpeg_to_rgb():
+    gray = _picture()[..., 0]
+    jpg = _jpeg(gray)
+    outs = [Decode(decoder=name)(jpg) for name in DECODERS]
+    for out in outs:
+        assert out.shape == (40, 56, 3)
+        np.testing.assert_array_equal(out[..., 0], out[..., 2])
+        assert np.abs(out.astype(int) - outs[-1]).max() <= 2
+
+
+def test_jpegs_the_fast_decoders_refuse_go_to_pillow():
+    cmyk = Image.fromarray(_picture()).convert("CMYK")
+    buf = io.BytesIO()
+    cmyk.save(buf, format="JPEG", quality=95)
+    jpg = buf.getvalue()
+    ref = np.array(Image.open(io.BytesIO(jpg)).convert("RGB"))
+    for name in DECODERS:
+        out = Decode(decoder=name)(jpg)
+        assert out.shape == (40, 56, 3) and out.dtype == np.uint8
+        assert np.abs(out.astype(int) - ref).max() <= 2, name
+
+
+def test_every_decoder_reports_bad_jpeg_bytes():
+    broken = b"\xff\xd8\xff" + b"\x00" * 40
+    for name in DECODERS:
+        with pytest.raises(ValueError, match=r"Decode: cannot decode 43 bytes"):
+            Decode(decoder=name)(broken)
+    with pytest.raises(ValueError, match="decoder must be"):
+        Decode(decoder="libjpeg")
+
+
+def test_auto_falls_back_when_simplejpeg_is_missing(monkeypatch):
+    monkeypatch.setattr(image_ops, "_auto_jpeg", None)
+    monkeypatch.setitem(__import__("sys").modules, "simplejpeg", None)
+    try:
+        assert jpeg_decoder() == "cv2"
+        out = Decode()(_jpeg(_picture()))
+        assert out.shape == (40, 56, 3)
+    finally:
+        image_ops._auto_jpeg = None

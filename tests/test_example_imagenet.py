@@ -1,0 +1,44 @@
+"""examples/imagenet_pipeline.py runs end to end, and with --seed gives the same batches in
+every executor."""
+import re
+
+import pytest
+
+from tests.test_examples import load_example, run_example
+
+pytest.importorskip("cv2")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("dataflow-cache")
+
+
+@pytest.mark.timeout(180)
+def test_imagenet_pipeline_same_batches_in_every_executor(cache):
+    sums = {}
+    for executor, runs_in in (("auto", "thread"), ("serial", "serial"), ("process", "process")):
+        out = run_example("imagenet_pipeline.py", "--limit", 48, "--batch-size", 16,
+                          "--seed", 5, "--executor", executor, cache=cache)
+        assert "48 images, 4 classes" in out
+        assert f"executor={runs_in}" in out
+        assert "first batch: images uint8 (16, 224, 224, 3), labels int" in out
+        assert "images/s" in out
+        sums[executor] = re.search(r"checksum: (\d+)", out).group(1)
+    assert len(set(sums.values())) == 1, sums
+    out = run_example("imagenet_pipeline.py", "--limit", 20, "--batch-size", 8, "--val",
+                      cache=cache)
+    assert "first batch: images uint8 (8, 224, 224, 3)" in out
+
+
+def test_list_train_images_labels_by_sorted_wnid(tmp_path):
+    m = load_example("imagenet_pipeline.py")
+    for wnid in ("n02", "n01"):
+        (tmp_path / "train" / wnid).mkdir(parents=True)
+        (tmp_path / "train" / wnid / "a.JPEG").write_bytes(b"")
+    (tmp_path / "train" / "n01" / "notes.txt").write_text("")
+    files, wnids = m.list_train_images(tmp_path)
+    assert wnids == ["n01", "n02"]
+    assert [(f.split("/")[-2], label) for f, label in files] == [("n01", 0), ("n02", 1)]
+    with pytest.raises(SystemExit, match="no such directory"):
+        m.list_train_images(tmp_path / "missing")
