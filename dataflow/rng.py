@@ -100,6 +100,7 @@ class _DatapointLocal(threading.local):
     key = None
     cached = None
     cached_rs = None
+    copy = None              # the runner copy this thread is running (see parallel.threads)
     bitgen = None            # this thread's PCG64 behind datapoint_random_state()
     base_state = None        # its state at position 0, for the global seed of _generation
     base_generation = -1
@@ -159,11 +160,11 @@ def datapoint_random_state():
     very draws of ``f``).
 
     How the stream is made (cheaply: a few microseconds per datapoint): every thread holds one
-    PCG64 whose position-0 state is derived from the global seed alone; the datapoint
-    ``(epoch, index)`` gets the sub-stream that starts ``((epoch << 32) | index) << 64`` draws
-    further (``PCG64.advance``), so distinct datapoints get disjoint sub-streams of 2**64 draws
-    each. Keys of another form are hashed through ``SeedSequence``; without a seed the offset is
-    random. The returned object is valid until the next datapoint of this thread.
+    PCG64 whose position-0 state is derived from the global seed alone; a datapoint gets the
+    sub-stream that starts ``n << 64`` draws further (``PCG64.advance``), ``n`` packing its key
+    (see :func:`_packed_key`), so distinct datapoints get disjoint sub-streams of 2**64 draws
+    each. Keys of another form are hashed to ``n`` through ``SeedSequence``; without a seed ``n``
+    is random. The returned object is valid until the next datapoint of this thread.
     """
     key = _local.key
     if key is None:
@@ -184,6 +185,21 @@ def datapoint_random_state():
 _RANDOM_STATE_STREAM = 1 << 40    # spawn key of the base stream: distinct from every other use
 
 
+def _packed_key(key):
+    """The 64-bit sub-stream number of the usual keys, ``(pass, index)`` of a map and
+    ``(pass, index, copy)`` of a map inside a runner's copy: ``pass`` in bits 48-63, ``copy + 1``
+    (0 for no copy) in bits 32-47, ``index`` in bits 0-31; ``None`` for a key outside these
+    ranges."""
+    if type(key) is not tuple or not 2 <= len(key) <= 3 or \
+            any(type(v) is not int or v < 0 for v in key):
+        return None
+    p, i = key[0], key[1]
+    c = key[2] + 1 if len(key) == 3 else 0
+    if p >= 1 << 16 or i >= 1 << 32 or c >= 1 << 16:
+        return None
+    return (p << 48) | (c << 32) | i
+
+
 def _keyed_random_state(key):
     loc = _local
     if loc.base_generation != _generation:
@@ -194,12 +210,11 @@ def _keyed_random_state(key):
         loc.base_generation = _generation
     if _seed is None:
         offset = int.from_bytes(os.urandom(8), "little")
-    elif (type(key) is tuple and len(key) == 2 and all(type(v) is int and 0 <= v < 1 << 32
-                                                        for v in key)):
-        offset = (key[0] << 32) | key[1]
     else:
-        offset = int(np.random.SeedSequence(_seed, spawn_key=tuple(key)).generate_state(
-            1, np.uint64)[0])
+        offset = _packed_key(key)
+        if offset is None:
+            offset = int(np.random.SeedSequence(_seed, spawn_key=tuple(key)).generate_state(
+                1, np.uint64)[0])
     bitgen = loc.bitgen
     bitgen.state = loc.base_state
     bitgen.advance(offset << 64)

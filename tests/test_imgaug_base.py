@@ -486,3 +486,16 @@ def test_augmentors_and_transforms_pickle():
     out = tfms.apply_image(img)
     again = pickle.loads(pickle.dumps(tfms)).apply_image(img)
     np.testing.assert_array_equal(out, again)
+
+
+def test_runner_copy_keys_get_their_own_streams():
+    from dataflow.rng import _packed_key
+    dataflow.set_seed(6)
+    keys = [(0, 3), (0, 3, 0), (0, 3, 1), (1, 3), (0, 4), (2**20, 3), (0, 3, 2**20)]
+    draws = []
+    for key in keys:
+        set_datapoint_key(key)
+        draws.append(imgaug.Identity().rng.randint(2**62))
+    assert len(set(draws)) == len(keys)
+    assert _packed_key((0, 3)) != _packed_key((0, 3, 0))
+    assert _packed_key((2**20, 3)) is None and _packed_key((0, 3, -1)) is None

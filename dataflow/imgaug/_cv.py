@@ -22,4 +22,8 @@ def cv2():
             raise ImportError("dataflow.imgaug needs OpenCV for this augmentor: "
                               "pip install 'dataflow-rt[images]'") from e
         _cv2 = mod
+        # the thread limit of the worker we run in, if any, applies from this first use on
+        # (local import: dataflow.imgaug never needs parallel/ otherwise)
+        from ..parallel import cvthreads
+        cvthreads.apply_pending()
     return _cv2
