@@ -30,4 +30,7 @@ PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
 
+# -- list(df) on dataflows of unknown length (issue 15) --
+from .base import UnknownLengthError
+
 __version__ = "0.1.0"
