@@ -21,11 +21,13 @@ Messages are multipart; the first frame is a msgpack list whose first element sa
 
 * consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header]`` + array frames, where the
   chunk ``[[seq, index, datapoint], ...]`` is encoded with :func:`dataflow.serialize.dumps_oob`
-  (large arrays travel as extra frames); ``[RELEASE, released_segment_ids]`` when segments come
-  free and no task is going that way; ``[STOP]``.
-* worker -> consumer: ``[HELLO]`` once connected; ``[RESULTS, busy_seconds, new_segments, buffer_descs, results]`` where each
-  result is ``[seq, kind, payload]``: the datapoint's header (its arrays are the shared-memory
-  buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.protocol.WorkerError`, or
+  (large arrays travel as extra frames; with ``allow_pickle``, since both ends are private, see
+  above); ``[RELEASE, released_segment_ids]`` when segments come free and no task is going that
+  way; ``[STOP]``.
+* worker -> consumer: ``[HELLO]`` once connected; ``[RESULTS, busy_seconds, new_segments,
+  buffer_descs, results]`` where each result is ``[seq, kind, payload]``: the datapoint's header
+  (its arrays are the shared-memory buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled
+  :class:`~.protocol.WorkerError`, or
   nothing for a dropped datapoint; ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
 """
 import hmac
@@ -212,15 +214,20 @@ def _unpack(frame):
     return msgpack.unpackb(frame, raw=False)
 
 
+def _encode(value, buffers):
+    return serialize.dumps_oob(value, buffers, INLINE_LIMIT, allow_pickle=True)
+
+
 def encode_task(run, items, released):
     """Frames of a task message. Raises ``TypeError`` naming the datapoint that cannot be sent."""
     frames = []
     try:
-        header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT)
+        header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT,
+                                     allow_pickle=True)
     except TypeError:
         for _, index, dp in items:      # find the culprit for a clear message
             try:
-                serialize.dumps_oob(dp, [], INLINE_LIMIT)
+                serialize.dumps_oob(dp, [], INLINE_LIMIT, allow_pickle=True)
             except TypeError as e:
                 raise TypeError(f"datapoint #{index} of the source cannot be sent to a worker "
                                 f"process: {e}") from None
@@ -245,7 +252,8 @@ def decode_task(frames):
         if msg[0] != TASK:
             raise ValueError(f"unknown message kind {msg[0]!r}")
         buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
-        return TASK, list(msg[1]), msg[2], serialize.loads_oob(msg[3], buffers)
+        items = serialize.loads_oob(msg[3], buffers, allow_pickle=True)
+        return TASK, list(msg[1]), msg[2], items
     except Exception as e:
         raise MalformedMessage(f"malformed message from the consumer: {type(e).__name__}: {e}") \
             from None
@@ -287,7 +295,7 @@ def encode_results(results, indices, busy, pool, func_desc):
         if kind == OK:
             n = len(buffers)
             try:
-                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+                out.append([seq, OK, _encode(value, buffers)])
             except TypeError as e:
                 del buffers[n:]
                 exc = TypeError(f"{func_desc} returned datapoint #{indices[seq]} that cannot be "
@@ -301,7 +309,7 @@ def encode_results(results, indices, busy, pool, func_desc):
                     out.pop()
                     messages.append((out, buffers))
                     out, buffers, nbytes = [], [], 0
-                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+                    out.append([seq, OK, _encode(value, buffers)])
                 nbytes += size
         else:
             out.append([seq, kind, pickle_error(value) if kind == ERR else None])
@@ -341,7 +349,7 @@ def decode_results(frame, reader):
             results = []
             for seq, kind, payload in out:
                 if kind == OK:
-                    payload = serialize.loads_oob(payload, buffers)
+                    payload = serialize.loads_oob(payload, buffers, allow_pickle=True)
                 elif kind == ERR:
                     payload = unpickle_error(payload)
                 results.append((seq, kind, payload))
