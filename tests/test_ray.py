@@ -227,6 +227,41 @@ def test_error_has_original_type_and_worker_traceback(ray_session):
     assert "fail_on_7" in cause.text and "boom at" in cause.text and "raise KeyError" in cause.text
 
 
+class BadRecord(Exception):
+    def __init__(self, code, detail):
+        super().__init__(f"record {code}")
+        self.code, self.detail = code, detail
+
+
+def _bad_record_on_3(dp):
+    if dp[0] == 3:
+        import threading
+        err = BadRecord(dp[0], "bad")
+        err.lock = threading.Lock()             # does not pickle: dropped with a note
+        raise err
+    if dp[0] == 5:
+        raise SystemExit(2)
+    return dp
+
+
+@pytest.mark.timeout(60)
+def test_exception_keeps_class_args_attributes_and_system_exit_is_an_error(ray_session):
+    """An exception whose __init__ takes other arguments, with an attribute that does not
+    pickle, keeps its class, args and other attributes; SystemExit is a RuntimeError."""
+    with RayMapData(points(8), 2, _bad_record_on_3, strict=True, ordered=True) as df:
+        df.reset_state()
+        with pytest.raises(BadRecord) as info:
+            list(df)
+    exc = info.value
+    assert exc.args == ("record 3",) and (exc.code, exc.detail) == (3, "bad")
+    assert not hasattr(exc, "lock") and any("lock" in n for n in exc.__notes__)
+    assert isinstance(exc.__cause__, WorkerTraceback)
+    with RayMapData(D.DataFromList([[5]]), 1, _bad_record_on_3, strict=True) as df:
+        df.reset_state()
+        with pytest.raises(RuntimeError, match=r"SystemExit\(2\) on datapoint #0"):
+            list(df)
+
+
 @pytest.mark.timeout(60)
 def test_skip_and_replace(ray_session):
     with RayMapData(points(), 2, fail_on_7, strict=True, on_error="skip") as df:

@@ -165,8 +165,9 @@ class _ActorBody:
     """What runs in each Ray actor: ``make_func(wid)`` once, then :func:`run_chunk` per chunk.
 
     Results travel as ``("results", [(seq, kind, value)], busy)`` with each
-    :class:`~.protocol.WorkerError` pickled by :func:`~.transport.pickle_error` (so an exception that
-    does not pickle still arrives, as a ``RuntimeError`` naming it); ``("failed", pickled error)``
+    :class:`~.protocol.WorkerError` pickled by :func:`~.transport.pickle_error` (so the exception
+    arrives with its class, args and attributes, see :func:`~.protocol.pack_exception`, even when
+    it does not pickle as a whole); ``("failed", pickled error)``
     when the worker cannot run chunks at all (``make_func`` raised, or something outside one
     datapoint did).
     """

@@ -46,7 +46,7 @@ import msgpack
 import zmq
 
 from .. import serialize
-from .protocol import ERR, OK, WorkerError
+from .protocol import ERR, OK, WorkerError, pack_exception, unpack_exception
 
 __all__ = ["Endpoints", "make_context", "make_socket", "make_secret", "bind_private",
            "connect_private", "Gatekeeper", "MalformedMessage", "TASK", "STOP", "RESULTS",
@@ -260,19 +260,14 @@ def decode_task(frames):
 
 
 def pickle_error(err):
-    """A WorkerError as bytes. An exception that does not survive pickling is replaced by a
-    ``RuntimeError`` that names its type and message."""
-    try:
-        data = pickle.dumps(err.exc)
-        pickle.loads(data)
-    except Exception:
-        data = pickle.dumps(RuntimeError(f"{type(err.exc).__qualname__}: {err.exc}"))
-    return pickle.dumps((data, err.tb, err.where, err.fatal))
+    """A WorkerError as bytes; its exception is rebuilt with its own class, args and attributes
+    (see :func:`~.protocol.pack_exception`)."""
+    return pickle.dumps((pack_exception(err.exc), err.tb, err.where, err.fatal))
 
 
 def unpickle_error(data):
     exc, tb, where, fatal = pickle.loads(data)
-    return WorkerError(pickle.loads(exc), tb, where, fatal)
+    return WorkerError(unpack_exception(exc), tb, where, fatal)
 
 
 def encode_results(results, indices, busy, pool, func_desc):
