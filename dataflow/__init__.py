@@ -30,7 +30,8 @@ PrefetchDataZMQ = MultiProcessRunnerZMQ
 PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
 
-# -- list(df) on dataflows of unknown length (issue 15) --
+# -- list(df) on dataflows of unknown length; resource errors of worker start-up (issue 15) --
 from .base import UnknownLengthError
+from .parallel.resources import ResourceLimitError
 
 __version__ = "0.1.0"

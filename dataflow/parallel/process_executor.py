@@ -24,7 +24,7 @@ from .. import config, rng
 from .._helpers import check_int
 from .protocol import CLOSED_WHILE_ITERATING, PROCESS
 from .shm import SegmentReader
-from . import transport
+from . import resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
                     default_start_method)
 from .supervisor import WorkerCrashedError, check_workers, describe_exit
@@ -114,6 +114,9 @@ class ProcessExecutor:
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
                              f"got {start_method!r}")
         check_int("max_restarts", max_restarts, 0)
+        # What the OS may refuse is checked before anything starts (clear message, no leftovers).
+        resources.check_file_descriptors(num_workers)
+        resources.check_temp_dir(method)
         self.start_method = method
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -155,10 +158,21 @@ class ProcessExecutor:
 
     def _spawn(self, wid):
         key = next(self._incarnations)
-        mine, theirs = socket.socketpair()
-        stack_mine, stack_theirs = socket.socketpair()
+        made = []
+        try:
+            mine, theirs = socket.socketpair()
+            made += [mine, theirs]
+            stack_mine, stack_theirs = socket.socketpair()
+            made += [stack_mine, stack_theirs]
+            sock = transport.make_socket(self._context)
+        except (OSError, zmq.ZMQError) as e:
+            for s in made:
+                s.close()
+            explained = resources.explain_start_failure(e, wid, len(self._workers))
+            if explained is not None:
+                raise explained from e
+            raise
         endpoint = self._endpoints(key)
-        sock = transport.make_socket(self._context)
         p = self._mp.Process(
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped, rng.get_seed(),
@@ -173,10 +187,13 @@ class ProcessExecutor:
                                         message=".*fork.*")
                 transport.bind_private(sock, endpoint)    # before the worker connects
                 p.start()
-        except BaseException:
+        except BaseException as e:
             for s in (mine, stack_mine):
                 s.close()
             sock.close(linger=0)
+            explained = resources.explain_start_failure(e, wid, len(self._workers))
+            if explained is not None:
+                raise explained from e
             raise
         finally:
             theirs.close()

@@ -349,6 +349,8 @@ def decode_results(frame, reader):
                     payload = unpickle_error(payload)
                 results.append((seq, kind, payload))
             return results, busy
+    except (MemoryError, OSError):          # shared memory refused: not the message's fault
+        raise
     except Exception as e:
         raise MalformedMessage(f"malformed message from a worker: {type(e).__name__}: {e}") \
             from None
