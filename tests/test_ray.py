@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 import dataflow as D                                        # noqa: E402
 from dataflow.parallel.mapper import OK, WorkerTraceback        # noqa: E402
@@ -138,6 +139,54 @@ def test_a_local_instance_we_start_leaves_no_files():
     before = ours()
     _run_python(code, timeout=80)
     assert ours() <= before, f"left behind: {sorted(ours() - before)}"
+
+
+_PRIVATE_INSTANCE = """
+import os, socket, subprocess, sys
+import psutil, ray                      # imported before dataflow starts the instance
+import dataflow as D
+from dataflow.parallel.ray import started_ray
+
+with D.RayMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,
+                  lambda dp: [dp[0] * 2], strict=True, ordered=True) as df:
+    df.reset_state()
+    assert list(df) == [[i * 2] for i in range(20)]
+assert started_ray()
+node = ray._private.worker._global_node
+ours = {os.getpid()}
+for p in psutil.process_iter(["pid", "cmdline"]):
+    try:
+        if node.get_temp_dir_path() in " ".join(p.info["cmdline"] or []):
+            ours.add(p.pid)
+    except psutil.Error:
+        pass
+listening = [c for c in psutil.net_connections("tcp") + psutil.net_connections("tcp6")
+             if c.status == "LISTEN" and c.pid in ours]
+assert listening, "no listening socket found"
+for c in listening:
+    assert c.laddr.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1"), c
+others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+          if a.family == socket.AF_INET and not a.address.startswith("127.")]
+for c in listening:
+    for ip in others:
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex((ip, c.laddr.port)) != 0, f"reached {ip}:{c.laddr.port}"
+assert os.environ["RAY_AUTH_MODE"] == "token"
+env = dict(os.environ, RAY_AUTH_TOKEN="0" * 64)
+join = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r); print('JOINED')"
+                       % node.gcs_address], env=env, capture_output=True, text=True, timeout=60)
+assert "JOINED" not in join.stdout and join.returncode != 0, join.stdout
+print("PRIVATE", len(listening), others)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_local_instance_we_start_listens_on_loopback_only_with_token_auth():
+    """The Ray instance RayMapData starts (no address given) listens on loopback only (none of
+    its listening sockets is reachable on another interface) and refuses a client without its
+    token, also when the user imported Ray first."""
+    _run_python(_PRIVATE_INSTANCE, timeout=140)
 
 
 @pytest.mark.timeout(30)
