@@ -63,7 +63,9 @@ _MAGIC = b"DFMP"
 _VERSION = 1
 _PREFIX = struct.Struct("<4sB3xIQ")
 
-_EXT_INT, _EXT_TUPLE, _EXT_COMPLEX, _EXT_SCALAR, _EXT_ARRAY, _EXT_PICKLE = 1, 2, 3, 4, 5, 6
+_EXT_INT, _EXT_TUPLE, _EXT_COMPLEX, _EXT_SCALAR, _EXT_ARRAY = 1, 2, 3, 4, 5
+_EXT_PICKLE = 6             # [pickle bytes, [[buffer index, nbytes], ...]]
+_EXT_PICKLE_INBAND = 7      # the pickle bytes alone (no out-of-band buffer: the common case)
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1   # the range msgpack encodes natively
 _KINDS = frozenset("biufcmMSUV")                  # dtype kinds whose bytes are the values
 _BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
@@ -193,6 +195,7 @@ class _Encoder:
         self.threshold = threshold
         self.raw = raw
         self.allow_pickle = allow_pickle
+        self._oob = None            # out-of-band buffers of the object being pickled
 
     def encode(self, obj):
         mark = len(self.buffers)
@@ -261,31 +264,33 @@ class _Encoder:
         buffers of at least ``threshold`` bytes kept out of band like arrays."""
         if not self.allow_pickle:
             raise _Unsupported(obj, what)
-        oob = []
-
-        def keep(buffer):
-            view = buffer.raw()
-            if view.nbytes < self.threshold:
-                return True                 # small: inside the pickle
-            oob.append(np.frombuffer(view, np.uint8))
-            return False
-
+        self._oob = oob = []
         try:
-            data = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+            data = pickle.dumps(obj, protocol=5, buffer_callback=self._keep)
             if b"__main__" in data:         # a class of the sender's main script, by reference
                 raise pickle.PicklingError("refers to __main__")
         except Exception:
             del oob[:]
             import cloudpickle
             try:
-                data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep)
+                data = cloudpickle.dumps(obj, protocol=5, buffer_callback=self._keep)
             except Exception as e:
                 raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
                     from None
+        if not oob:
+            return msgpack.ExtType(_EXT_PICKLE_INBAND, data)
         first = len(self.buffers)
         self.buffers.extend(oob)
         return msgpack.ExtType(_EXT_PICKLE, _pack_record(
             [data, [[first + i, b.nbytes] for i, b in enumerate(oob)]]))
+
+    def _keep(self, buffer):
+        """pickle's buffer callback: large buffers out of band, small ones inside the pickle."""
+        view = buffer.raw()
+        if view.nbytes < self.threshold:
+            return True
+        self._oob.append(np.frombuffer(view, np.uint8))
+        return False
 
 
 class _Decoder:
@@ -338,6 +343,10 @@ class _Decoder:
             return np.frombuffer(raw, dtype)[0]
         if code == _EXT_COMPLEX:
             return complex(*struct.unpack("<dd", data))
+        if code == _EXT_PICKLE_INBAND:
+            if not self.allow_pickle:
+                raise ValueError("pickled data, which only allow_pickle=True may decode")
+            return pickle.loads(data)
         if code == _EXT_PICKLE:
             if not self.allow_pickle:
                 raise ValueError("pickled data, which only allow_pickle=True may decode")
