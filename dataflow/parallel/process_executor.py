@@ -388,6 +388,8 @@ class ProcessExecutor:
                 for frames, copy in w.pending:
                     self._post(w, frames, copy)
                 w.pending = []
+                if w.outstanding:       # its work starts now: so does the clock of its deadlines
+                    w.busy_since, w.next_warning = time.monotonic(), None
                 continue
             before = w.reader.held_bytes
             try:
