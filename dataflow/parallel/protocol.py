@@ -6,6 +6,11 @@ with a :class:`WorkerError`). Consumer side, :class:`Executor` is what
 :class:`~.mapper.ParallelMapData` needs from a pool of workers; :class:`InlineExecutor` is the
 serial one. The executor kinds are named here (``SERIAL``, ``THREAD``, ``PROCESS``, ``RAY``).
 
+A worker's exception crosses a process boundary as :func:`pack_exception` bytes, which
+:func:`unpack_exception` rebuilds with the exception's own class, ``args`` and attributes (an
+:class:`UnknownWorkerException` subclass of the same name only when the class cannot be imported).
+``SystemExit`` in a map function is reported as a ``RuntimeError`` naming it and the datapoint.
+
 Executors (:mod:`.thread_executor`, :mod:`.process_executor`, :mod:`.ray`) import this module
 and never each other.
 """
