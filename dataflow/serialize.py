@@ -195,7 +195,6 @@ class _Encoder:
         self.threshold = threshold
         self.raw = raw
         self.allow_pickle = allow_pickle
-        self._oob = None            # out-of-band buffers of the object being pickled
 
     def encode(self, obj):
         mark = len(self.buffers)
@@ -264,7 +263,7 @@ class _Encoder:
         buffers of at least ``threshold`` bytes kept out of band like arrays."""
         if not self.allow_pickle:
             raise _Unsupported(obj, what)
-        self._oob = oob = []
+        self._oob = oob = []           # out-of-band buffers of this object (see _keep)
         try:
             data = pickle.dumps(obj, protocol=5, buffer_callback=self._keep)
             if b"__main__" in data:         # a class of the sender's main script, by reference

@@ -250,7 +250,10 @@ class ProcessExecutor:
             w.pending.append((frames, copy))
             return
         try:
-            w.sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+            if len(frames) == 1:
+                w.sock.send(frames[0], zmq.NOBLOCK)
+            else:
+                w.sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
         except zmq.Again:
             pass
 

@@ -214,10 +214,6 @@ def _unpack(frame):
     return msgpack.unpackb(frame, raw=False)
 
 
-def _encode(value, buffers):
-    return serialize.dumps_oob(value, buffers, INLINE_LIMIT, allow_pickle=True)
-
-
 def encode_task(run, items, released):
     """Frames of a task message. Raises ``TypeError`` naming the datapoint that cannot be sent."""
     frames = []
@@ -290,7 +286,8 @@ def encode_results(results, indices, busy, pool, func_desc):
         if kind == OK:
             n = len(buffers)
             try:
-                out.append([seq, OK, _encode(value, buffers)])
+                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
+                                                          allow_pickle=True)])
             except TypeError as e:
                 del buffers[n:]
                 exc = TypeError(f"{func_desc} returned datapoint #{indices[seq]} that cannot be "
@@ -304,7 +301,8 @@ def encode_results(results, indices, busy, pool, func_desc):
                     out.pop()
                     messages.append((out, buffers))
                     out, buffers, nbytes = [], [], 0
-                    out.append([seq, OK, _encode(value, buffers)])
+                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
+                                                             allow_pickle=True)])
                 nbytes += size
         else:
             out.append([seq, kind, pickle_error(value) if kind == ERR else None])
