@@ -144,6 +144,21 @@ def _dtype_of(code):
     return dtype
 
 
+# An ext record made without msgpack.ExtType's argument checks (a Python-level __new__ that cost
+# more than packing a small record): the codes and payloads made here are always valid.
+_ExtType = msgpack.ExtType
+_tuple_new = tuple.__new__
+
+
+def _ext(code, data):
+    return _tuple_new(_ExtType, (code, data))
+
+
+# Types seen so far whose objects the codec does not handle: they go to pickle at once, without
+# the chain of isinstance checks (bounded; a type outside it only takes the long way).
+_PICKLED_TYPES = set()
+
+
 # Packs the small record that describes an array (one packer per thread, reused: making one
 # per array cost more than packing the record).
 _local = threading.local()
@@ -215,9 +230,11 @@ class _Encoder:
     def default(self, obj):
         if isinstance(obj, np.ndarray):
             return self.array(obj)
+        if type(obj) in _PICKLED_TYPES:
+            return self.pickled(obj)
         if isinstance(obj, np.generic):
             if not _dtype_ok(obj.dtype):
-                raise _Unsupported(obj)
+                return self.pickled(obj)        # a structured scalar, an object
             code = obj.dtype.str.encode()
             return msgpack.ExtType(_EXT_SCALAR, bytes([len(code)]) + code + obj.tobytes())
         if isinstance(obj, int):    # too large for msgpack, or a subclass such as IntEnum
@@ -233,6 +250,8 @@ class _Encoder:
         for base, convert in _BASE_TYPES:
             if isinstance(obj, base):
                 return convert(obj)
+        if len(_PICKLED_TYPES) < 1024:
+            _PICKLED_TYPES.add(type(obj))
         return self.pickled(obj)
 
     def array(self, obj):
@@ -256,7 +275,7 @@ class _Encoder:
             self.buffers.append(a if self.raw else _byte_view(a))
         else:
             where = a.tobytes(order="F" if fortran else "C")
-        return msgpack.ExtType(_EXT_ARRAY, _pack_record([code, a.shape, fortran, where]))
+        return _ext(_EXT_ARRAY, _pack_record([code, a.shape, fortran, where]))
 
     def pickled(self, obj, what=None):
         """``obj`` as a pickle record (protocol 5): ``[pickle bytes, [buffer index, ...]]``, its
@@ -277,7 +296,7 @@ class _Encoder:
                 raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
                     from None
         if not oob:
-            return msgpack.ExtType(_EXT_PICKLE_INBAND, data)
+            return _ext(_EXT_PICKLE_INBAND, data)
         first = len(self.buffers)
         self.buffers.extend(oob)
         return msgpack.ExtType(_EXT_PICKLE, _pack_record(
