@@ -53,4 +53,8 @@ PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
 MultiThreadPrefetchData = MultiThreadRunner
 
+# -- list(df) on dataflows of unknown length; resource errors of worker start-up (issue 15) --
+from .base import UnknownLengthError
+from .parallel.resources import ResourceLimitError
+
 __version__ = "0.1.0"

@@ -10,7 +10,14 @@ from . import rng as _rng
 from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
-           "DataFlowReentrantGuard"]
+           "DataFlowReentrantGuard", "UnknownLengthError"]
+
+
+class UnknownLengthError(NotImplementedError, TypeError):
+    """Raised by ``len()`` of a dataflow whose length is not known. It is a
+    ``NotImplementedError``, as in tensorpack, so ``except NotImplementedError`` still catches it,
+    and a ``TypeError``, which ``list()``, ``tuple()``, ``sorted()`` and friends take to mean
+    "no length: just iterate"."""
 
 
 class DataFlowTerminated(BaseException):
@@ -63,8 +70,9 @@ class DataFlow:
         raise NotImplementedError
 
     def __len__(self):
-        """The number of datapoints of one pass. Raises ``NotImplementedError`` when unknown."""
-        raise NotImplementedError(f"{type(self).__name__} does not know its length")
+        """The number of datapoints of one pass. Raises :class:`UnknownLengthError` (a
+        ``NotImplementedError``) when unknown."""
+        raise UnknownLengthError(f"{type(self).__name__} does not know its length")
 
     def reset_state(self):
         """Prepare the dataflow for iteration in the current process. Call it once before the first

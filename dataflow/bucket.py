@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .base import ProxyDataFlow
+from .base import ProxyDataFlow, UnknownLengthError
 from .collate import batch_numpy
 
 __all__ = ["BucketBatchData"]
@@ -232,8 +232,8 @@ class BucketBatchData(ProxyDataFlow):
         self.drop_remainder = bool(drop_remainder)
 
     def __len__(self):
-        raise NotImplementedError(f"{_NAME} does not know its length: the number of batches "
-                                  "depends on the lengths of the datapoints")
+        raise UnknownLengthError(f"{_NAME} does not know its length: the number of batches "
+                                 "depends on the lengths of the datapoints")
 
     def _length(self, dp, index):
         length = self.element_length_function(dp)

@@ -4,7 +4,7 @@ import copy
 
 import numpy as np
 
-from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
+from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
 
@@ -163,8 +163,8 @@ class DataFromGenerator(DataFlow):
 
     def __len__(self):
         if self._size is None:
-            raise NotImplementedError("DataFromGenerator does not know its length "
-                                      "(pass size= if it is known)")
+            raise UnknownLengthError("DataFromGenerator does not know its length "
+                                     "(pass size= if it is known)")
         return self._size
 
     def __iter__(self):
@@ -197,7 +197,7 @@ class DataFromIterable(DataFlow):
 
     def __len__(self):
         if self._len is None:
-            raise NotImplementedError("DataFromIterable: the wrapped iterable has no length")
+            raise UnknownLengthError("DataFromIterable: the wrapped iterable has no length")
         return self._len
 
     def __iter__(self):

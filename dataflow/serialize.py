@@ -10,21 +10,27 @@ Values round-trip exactly, type included:
 - ``list``, ``tuple`` and ``dict`` (keys may be any supported hashable value);
 - numpy scalars (``np.float16(1.5)`` comes back as ``np.float16``);
 - numpy arrays of boolean, integer, floating, complex, ``datetime64``, ``timedelta64``,
-  fixed-width bytes (``S``), unicode (``U``) and raw void (``V``) dtypes, with any shape,
-  byte order and strides.  Dtype and shape are kept; an F-contiguous array comes back
-  F-contiguous, any other array comes back C-contiguous.
+  fixed-width bytes (``S``), unicode (``U``) and raw void (``V``) dtypes, structured dtypes
+  (kind ``V`` with fields, nested and padded ones included: the dtype's description travels with
+  the raw bytes) with any shape, byte order and strides.  Dtype and shape are kept; an
+  F-contiguous array comes back F-contiguous, any other array comes back C-contiguous.
 
 Instances of subclasses of ``int``, ``float``, ``str``, ``bytes``, ``list``, ``tuple`` and
 ``dict`` (``IntEnum``, ``namedtuple``, ``OrderedDict``, ...) and of ``numpy.ndarray`` (``memmap``,
 ``matrix``) are encoded as their base type; ``bytearray`` and ``memoryview`` come back as
-``bytes``.  Anything else -- object arrays, structured dtypes, masked arrays, sets, datetimes,
-custom classes -- raises ``TypeError`` naming the type and where it was found, for example
-``cannot serialize object of type 'set' at [1]['mask']``.
+``bytes``.
 
-There is deliberately no pickle fallback.  Unpickling runs arbitrary code and so must never be
-applied to bytes that crossed a process boundary by accident, and a silent fallback would make
-some datapoints orders of magnitude slower with nothing to show why.  Convert such values to
-supported ones (a set to a sorted list, a datetime to a ``np.datetime64``) before encoding.
+Anything else -- object arrays, masked arrays, sets, datetimes, fractions, dataclasses, custom
+classes -- is carried by pickle only when the caller passes ``allow_pickle=True`` (the process
+transport does, between a consumer and the workers it started, over private endpoints). The
+decision is made per object, not per datapoint: in ``[big_array, {"meta": some_set}]`` only the
+set is pickled and the array still travels out of band. Pickling uses protocol 5, so numpy arrays
+inside a pickled object are out-of-band buffers like any other array; ``cloudpickle`` takes over
+where pickle cannot (a class defined in ``__main__``, which a spawned process does not have).
+Without ``allow_pickle`` such a value raises ``TypeError`` naming the type and where it was found,
+for example ``cannot serialize object of type 'set' at [1]['mask']``, and a pickled record is
+refused by the decoder: unpickling runs arbitrary code, so it must never be applied to bytes that
+crossed a trust boundary by accident.
 
 Message format of ``dumps`` (integers little-endian, offsets from the start of the message):
 
@@ -37,6 +43,7 @@ All functions are thread-safe. The only state kept between calls is a cache of t
 decoded so far and one reusable packer per thread for the records that describe arrays.
 """
 import math
+import pickle
 import struct
 import sys
 import threading
@@ -57,6 +64,8 @@ _VERSION = 1
 _PREFIX = struct.Struct("<4sB3xIQ")
 
 _EXT_INT, _EXT_TUPLE, _EXT_COMPLEX, _EXT_SCALAR, _EXT_ARRAY = 1, 2, 3, 4, 5
+_EXT_PICKLE = 6             # [pickle bytes, [[buffer index, nbytes], ...]]
+_EXT_PICKLE_INBAND = 7      # the pickle bytes alone (no out-of-band buffer: the common case)
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1   # the range msgpack encodes natively
 _KINDS = frozenset("biufcmMSUV")                  # dtype kinds whose bytes are the values
 _BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
@@ -66,10 +75,11 @@ _BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
 class _Unsupported(TypeError):
     """Raised by the encoder's default hook; turned into a TypeError with a path."""
 
-    def __init__(self, obj, what=None):
+    def __init__(self, obj, what=None, reason=""):
         super().__init__()
         self.obj = obj
         self.what = what or f"object of type {type(obj).__name__!r}"
+        self.reason = reason
 
 
 class _Anchor(np.ndarray):
@@ -83,6 +93,39 @@ class _Anchor(np.ndarray):
 
 def _dtype_ok(dtype):
     return dtype.kind in _KINDS and dtype.fields is None and not dtype.hasobject
+
+
+# Structured dtypes seen so far -> the description that rebuilds them exactly, or None when
+# none does (object fields, overlapping fields): such arrays are pickled.
+_STRUCT_DESCR = {}
+
+
+def _struct_descr(dtype):
+    try:
+        return _STRUCT_DESCR[dtype]
+    except KeyError:
+        pass
+    descr = None
+    if dtype.fields is not None and not dtype.hasobject:
+        from numpy.lib import format as npformat
+        try:
+            candidate = npformat.dtype_to_descr(dtype)
+            if isinstance(candidate, list) and npformat.descr_to_dtype(candidate) == dtype:
+                descr = candidate
+        except Exception:
+            pass
+    if len(_STRUCT_DESCR) < 1024:
+        _STRUCT_DESCR[dtype] = descr
+    return descr
+
+
+def _struct_dtype(descr):
+    """The structured dtype a header's description names; ``ValueError`` for anything else."""
+    from numpy.lib import format as npformat
+    dtype = npformat.descr_to_dtype(descr)
+    if dtype.fields is None or dtype.hasobject:
+        raise ValueError(f"unsupported dtype {dtype}")
+    return dtype
 
 
 # Decoded dtype strings, all checked by _dtype_ok (a message names few, and names them often).
@@ -99,6 +142,21 @@ def _dtype_of(code):
         if len(_DTYPES) < 1024:
             _DTYPES[code] = dtype
     return dtype
+
+
+# An ext record made without msgpack.ExtType's argument checks (a Python-level __new__ that cost
+# more than packing a small record): the codes and payloads made here are always valid.
+_ExtType = msgpack.ExtType
+_tuple_new = tuple.__new__
+
+
+def _ext(code, data):
+    return _tuple_new(_ExtType, (code, data))
+
+
+# Types seen so far whose objects the codec does not handle: they go to pickle at once, without
+# the chain of isinstance checks (bounded; a type outside it only takes the long way).
+_PICKLED_TYPES = set()
 
 
 # Packs the small record that describes an array (one packer per thread, reused: making one
@@ -143,13 +201,15 @@ class _Encoder:
     """Packs one object; arrays of at least ``threshold`` bytes are appended to ``buffers``.
 
     With ``raw`` the arrays themselves are appended, for :func:`dumps` to copy into place;
-    otherwise a 1-D uint8 view of their bytes is.
+    otherwise a 1-D uint8 view of their bytes is. With ``allow_pickle`` what the codec does not
+    handle is pickled (see the module's docstring).
     """
 
-    def __init__(self, buffers, threshold, raw=False):
+    def __init__(self, buffers, threshold, raw=False, allow_pickle=False):
         self.buffers = buffers
         self.threshold = threshold
         self.raw = raw
+        self.allow_pickle = allow_pickle
 
     def encode(self, obj):
         mark = len(self.buffers)
@@ -160,7 +220,8 @@ class _Encoder:
         except BaseException as exc:
             del self.buffers[mark:]
             if isinstance(exc, _Unsupported):
-                raise TypeError(f"cannot serialize {exc.what} at {_locate(obj, exc.obj)}") from None
+                raise TypeError(f"cannot serialize {exc.what} at {_locate(obj, exc.obj)}"
+                                f"{exc.reason}") from None
             raise
 
     def pack(self, obj):
@@ -169,9 +230,11 @@ class _Encoder:
     def default(self, obj):
         if isinstance(obj, np.ndarray):
             return self.array(obj)
+        if type(obj) in _PICKLED_TYPES:
+            return self.pickled(obj)
         if isinstance(obj, np.generic):
             if not _dtype_ok(obj.dtype):
-                raise _Unsupported(obj)
+                return self.pickled(obj)        # a structured scalar, an object
             code = obj.dtype.str.encode()
             return msgpack.ExtType(_EXT_SCALAR, bytes([len(code)]) + code + obj.tobytes())
         if isinstance(obj, int):    # too large for msgpack, or a subclass such as IntEnum
@@ -187,31 +250,73 @@ class _Encoder:
         for base, convert in _BASE_TYPES:
             if isinstance(obj, base):
                 return convert(obj)
-        raise _Unsupported(obj)
+        if len(_PICKLED_TYPES) < 1024:
+            _PICKLED_TYPES.add(type(obj))
+        return self.pickled(obj)
 
     def array(self, obj):
         a = obj
         if type(a) is not np.ndarray:
             ma = sys.modules.get("numpy.ma")
             if ma is not None and isinstance(a, ma.MaskedArray):
-                raise _Unsupported(obj)     # the mask would be lost
+                return self.pickled(obj)    # the mask would be lost as an array
             a = a.view(np.ndarray)
-        if not _dtype_ok(a.dtype):
-            raise _Unsupported(obj, f"object of type {type(obj).__name__!r} with dtype {a.dtype}")
+        if _dtype_ok(a.dtype):
+            code = a.dtype.str
+        else:
+            code = _struct_descr(a.dtype)
+            if code is None:
+                return self.pickled(
+                    obj, f"object of type {type(obj).__name__!r} with dtype {a.dtype}")
+            a = a.view(np.dtype((np.void, a.dtype.itemsize)))   # raw items, padding included
         fortran = _is_fortran(a)
         if a.nbytes >= self.threshold:
             where = len(self.buffers)
             self.buffers.append(a if self.raw else _byte_view(a))
         else:
             where = a.tobytes(order="F" if fortran else "C")
-        return msgpack.ExtType(_EXT_ARRAY, _pack_record([a.dtype.str, a.shape, fortran, where]))
+        return _ext(_EXT_ARRAY, _pack_record([code, a.shape, fortran, where]))
+
+    def pickled(self, obj, what=None):
+        """``obj`` as a pickle record (protocol 5): ``[pickle bytes, [buffer index, ...]]``, its
+        buffers of at least ``threshold`` bytes kept out of band like arrays."""
+        if not self.allow_pickle:
+            raise _Unsupported(obj, what)
+        self._oob = oob = []           # out-of-band buffers of this object (see _keep)
+        try:
+            data = pickle.dumps(obj, protocol=5, buffer_callback=self._keep)
+            if b"__main__" in data:         # a class of the sender's main script, by reference
+                raise pickle.PicklingError("refers to __main__")
+        except Exception:
+            del oob[:]
+            import cloudpickle
+            try:
+                data = cloudpickle.dumps(obj, protocol=5, buffer_callback=self._keep)
+            except Exception as e:
+                raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
+                    from None
+        if not oob:
+            return _ext(_EXT_PICKLE_INBAND, data)
+        first = len(self.buffers)
+        self.buffers.extend(oob)
+        return msgpack.ExtType(_EXT_PICKLE, _pack_record(
+            [data, [[first + i, b.nbytes] for i, b in enumerate(oob)]]))
+
+    def _keep(self, buffer):
+        """pickle's buffer callback: large buffers out of band, small ones inside the pickle."""
+        view = buffer.raw()
+        if view.nbytes < self.threshold:
+            return True
+        self._oob.append(np.frombuffer(view, np.uint8))
+        return False
 
 
 class _Decoder:
     """Unpacks one header; ``resolve(i)`` gives out-of-band buffer ``i`` as a 1-D uint8 array."""
 
-    def __init__(self, resolve):
+    def __init__(self, resolve, allow_pickle=False):
         self.resolve = resolve
+        self.allow_pickle = allow_pickle
 
     def decode(self, header):
         try:
@@ -227,7 +332,7 @@ class _Decoder:
     def ext_hook(self, code, data):
         if code == _EXT_ARRAY:
             dtype, shape, fortran, where = msgpack.unpackb(data, raw=False)
-            dtype = _dtype_of(dtype)
+            dtype = _dtype_of(dtype) if type(dtype) is str else _struct_dtype(dtype)
             for n in shape:
                 if type(n) is not int or n < 0:
                     raise ValueError(f"bad array shape {shape!r}")
@@ -256,6 +361,21 @@ class _Decoder:
             return np.frombuffer(raw, dtype)[0]
         if code == _EXT_COMPLEX:
             return complex(*struct.unpack("<dd", data))
+        if code == _EXT_PICKLE_INBAND:
+            if not self.allow_pickle:
+                raise ValueError("pickled data, which only allow_pickle=True may decode")
+            return pickle.loads(data)
+        if code == _EXT_PICKLE:
+            if not self.allow_pickle:
+                raise ValueError("pickled data, which only allow_pickle=True may decode")
+            data, oob = msgpack.unpackb(data, raw=False)
+            buffers = []
+            for i, nbytes in oob:
+                b = self.resolve(i)
+                if b.size < nbytes:
+                    raise ValueError(f"buffer {i} has {b.size} bytes, the pickle needs {nbytes}")
+                buffers.append(b[:nbytes])
+            return pickle.loads(data, buffers=buffers)
         raise ValueError(f"unknown ext type {code}")
 
 
@@ -283,7 +403,7 @@ def _locate(root, target):
     return (path or "the top level") + (" (as a dict key)" if is_key else "")
 
 
-def dumps(obj):
+def dumps(obj, *, allow_pickle=False):
     """Encode ``obj`` into one message and return it as a ``bytearray``.
 
     Each array's bytes are copied exactly once, straight into the preallocated result (a
@@ -292,7 +412,7 @@ def dumps(obj):
     if an immutable value is needed.  Raises ``TypeError`` for unsupported values.
     """
     arrays = []
-    header = _Encoder(arrays, 0, raw=True).encode(obj)
+    header = _Encoder(arrays, 0, raw=True, allow_pickle=allow_pickle).encode(obj)
     start = _PREFIX.size + 8 * len(arrays)
     offsets = []
     end = start + len(header)
@@ -312,7 +432,7 @@ def dumps(obj):
     return out
 
 
-def loads(buf):
+def loads(buf, *, allow_pickle=False):
     """Decode a message made by :func:`dumps` from any buffer (bytes, bytearray, mmap, ...).
 
     Arrays are not copied: they are views into ``buf`` and keep it alive.  They are read-only
@@ -332,10 +452,10 @@ def loads(buf):
     if start + length > flat.size:
         raise ValueError(f"truncated dataflow.serialize message ({flat.size} bytes)")
     offsets = struct.unpack_from(f"<{count}Q", flat, _PREFIX.size)
-    return _Decoder(lambda i: flat[offsets[i]:]).decode(flat[start:start + length])
+    return _Decoder(lambda i: flat[offsets[i]:], allow_pickle).decode(flat[start:start + length])
 
 
-def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD):
+def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=False):
     """Encode ``obj`` into a msgpack header, keeping large arrays out of band.
 
     Every array of at least ``threshold`` bytes is not copied into the header: a 1-D uint8
@@ -345,10 +465,10 @@ def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD):
     Indices are positions in ``buffers``, so several calls may append to one list; on error
     nothing is appended.  Raises ``TypeError`` for unsupported values.
     """
-    return _Encoder(buffers, threshold).encode(obj)
+    return _Encoder(buffers, threshold, allow_pickle=allow_pickle).encode(obj)
 
 
-def loads_oob(header, buffers):
+def loads_oob(header, buffers, *, allow_pickle=False):
     """Decode a header made by :func:`dumps_oob`; ``buffers[i]`` holds out-of-band buffer ``i``.
 
     A buffer may be any buffer-protocol object with at least the recorded number of bytes.
@@ -370,4 +490,4 @@ def loads_oob(header, buffers):
             flat = flat.reshape(-1).view(np.uint8)
         return flat
 
-    return _Decoder(resolve).decode(header)
+    return _Decoder(resolve, allow_pickle).decode(header)

@@ -115,6 +115,7 @@ def test_image_pipeline_on_a_folder_without_tqdm(tmp_path):
 
 # --- torch_training.py ---------------------------------------------------------------------
 
+@pytest.mark.torch
 @pytest.mark.timeout(120)
 def test_torch_training(image_cache):
     pytest.importorskip("torch")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 import dataflow as df  # noqa: E402
 from dataflow.base import ProxyDataFlow  # noqa: E402

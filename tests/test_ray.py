@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 import dataflow as D                                        # noqa: E402
 from dataflow.parallel.mapper import OK, WorkerTraceback        # noqa: E402
@@ -140,6 +141,54 @@ def test_a_local_instance_we_start_leaves_no_files():
     assert ours() <= before, f"left behind: {sorted(ours() - before)}"
 
 
+_PRIVATE_INSTANCE = """
+import os, socket, subprocess, sys
+import psutil, ray                      # imported before dataflow starts the instance
+import dataflow as D
+from dataflow.parallel.ray import started_ray
+
+with D.RayMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,
+                  lambda dp: [dp[0] * 2], strict=True, ordered=True) as df:
+    df.reset_state()
+    assert list(df) == [[i * 2] for i in range(20)]
+assert started_ray()
+node = ray._private.worker._global_node
+ours = {os.getpid()}
+for p in psutil.process_iter(["pid", "cmdline"]):
+    try:
+        if node.get_temp_dir_path() in " ".join(p.info["cmdline"] or []):
+            ours.add(p.pid)
+    except psutil.Error:
+        pass
+listening = [c for c in psutil.net_connections("tcp") + psutil.net_connections("tcp6")
+             if c.status == "LISTEN" and c.pid in ours]
+assert listening, "no listening socket found"
+for c in listening:
+    assert c.laddr.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1"), c
+others = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+          if a.family == socket.AF_INET and not a.address.startswith("127.")]
+for c in listening:
+    for ip in others:
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex((ip, c.laddr.port)) != 0, f"reached {ip}:{c.laddr.port}"
+assert os.environ["RAY_AUTH_MODE"] == "token"
+env = dict(os.environ, RAY_AUTH_TOKEN="0" * 64)
+join = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r); print('JOINED')"
+                       % node.gcs_address], env=env, capture_output=True, text=True, timeout=60)
+assert "JOINED" not in join.stdout and join.returncode != 0, join.stdout
+print("PRIVATE", len(listening), others)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_local_instance_we_start_listens_on_loopback_only_with_token_auth():
+    """The Ray instance RayMapData starts (no address given) listens on loopback only (none of
+    its listening sockets is reachable on another interface) and refuses a client without its
+    token, also when the user imported Ray first."""
+    _run_python(_PRIVATE_INSTANCE, timeout=140)
+
+
 @pytest.mark.timeout(30)
 def test_debug_mode_runs_serially_without_ray():
     D.config.set_debug_mode(True)
@@ -225,6 +274,41 @@ def test_error_has_original_type_and_worker_traceback(ray_session):
     cause = info.value.__cause__
     assert isinstance(cause, WorkerTraceback)
     assert "fail_on_7" in cause.text and "boom at" in cause.text and "raise KeyError" in cause.text
+
+
+class BadRecord(Exception):
+    def __init__(self, code, detail):
+        super().__init__(f"record {code}")
+        self.code, self.detail = code, detail
+
+
+def _bad_record_on_3(dp):
+    if dp[0] == 3:
+        import threading
+        err = BadRecord(dp[0], "bad")
+        err.lock = threading.Lock()             # does not pickle: dropped with a note
+        raise err
+    if dp[0] == 5:
+        raise SystemExit(2)
+    return dp
+
+
+@pytest.mark.timeout(60)
+def test_exception_keeps_class_args_attributes_and_system_exit_is_an_error(ray_session):
+    """An exception whose __init__ takes other arguments, with an attribute that does not
+    pickle, keeps its class, args and other attributes; SystemExit is a RuntimeError."""
+    with RayMapData(points(8), 2, _bad_record_on_3, strict=True, ordered=True) as df:
+        df.reset_state()
+        with pytest.raises(BadRecord) as info:
+            list(df)
+    exc = info.value
+    assert exc.args == ("record 3",) and (exc.code, exc.detail) == (3, "bad")
+    assert not hasattr(exc, "lock") and any("lock" in n for n in exc.__notes__)
+    assert isinstance(exc.__cause__, WorkerTraceback)
+    with RayMapData(D.DataFromList([[5]]), 1, _bad_record_on_3, strict=True) as df:
+        df.reset_state()
+        with pytest.raises(RuntimeError, match=r"SystemExit\(2\) on datapoint #0"):
+            list(df)
 
 
 @pytest.mark.timeout(60)

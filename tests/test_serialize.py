@@ -293,8 +293,6 @@ class Custom:
      "cannot serialize object of type 'datetime' at ['a'][0]"),
     ([{frozenset(): 1}], "cannot serialize object of type 'frozenset' at [0] (as a dict key)"),
     ([np.array([None, 1])], "cannot serialize object of type 'ndarray' with dtype object at [0]"),
-    ({"s": np.zeros(2, "i4,f8")}, "cannot serialize object of type 'ndarray' with dtype "
-                                  "[('f0', '<i4'), ('f1', '<f8')] at ['s']"),
     ([1, np.zeros(1, "i4,f8")[0]], "cannot serialize object of type 'void' at [1]"),
     ([np.ma.masked_array([1, 2], mask=[0, 1])],
      "cannot serialize object of type 'MaskedArray' at [0]"),

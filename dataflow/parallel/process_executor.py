@@ -25,7 +25,7 @@ from .. import config, rng
 from .._helpers import check_int
 from .protocol import CLOSED_WHILE_ITERATING, PROCESS
 from .shm import SegmentReader
-from . import cvthreads, transport
+from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
                     default_start_method)
 from .supervisor import WorkerCrashedError, check_workers, describe_exit
@@ -71,6 +71,8 @@ class _Worker:
         self.ended = None
         self.retiring = False       # autotuning: no new work; stop once its work is back
         self.stopping = False       # told to stop: its exit is not a crash
+        self.ready = False          # its HELLO arrived: messages go out at once
+        self.pending = []           # (frames, copy) to send once it is ready
 
     def expected_bytes(self, per_item):
         """Shared memory its results take: held by the consumer, and to come."""
@@ -113,6 +115,9 @@ class ProcessExecutor:
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
                              f"got {start_method!r}")
         check_int("max_restarts", max_restarts, 0)
+        # What the OS may refuse is checked before anything starts (clear message, no leftovers).
+        resources.check_file_descriptors(num_workers)
+        resources.check_temp_dir(method)
         self.start_method = method
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -123,11 +128,14 @@ class ProcessExecutor:
         self._busy = threading.RLock()      # held by get(); close() waits for it
         self._context = transport.make_context()
         self._endpoints = transport.Endpoints()
+        self._secret = transport.make_secret()
+        self._gate = transport.Gatekeeper(self._context, self._secret)
         self._released = collections.deque()
         self._batches = collections.deque()
         self._backlog = collections.deque()     # chunks not yet sent: (run, items)
         self._bytes_per_item = None             # moving average of a result's shared memory
         self._poller = zmq.Poller()
+        self._poller.register(self._gate.socket, zmq.POLLIN)
         self._workers = []
         self._gone = []                         # workers retired by the autotuner (statistics)
         self.shm_bytes = 0                      # shared memory received from workers, in all
@@ -152,13 +160,25 @@ class ProcessExecutor:
 
     def _spawn(self, wid):
         key = next(self._incarnations)
-        mine, theirs = socket.socketpair()
-        stack_mine, stack_theirs = socket.socketpair()
+        made = []
+        try:
+            mine, theirs = socket.socketpair()
+            made += [mine, theirs]
+            stack_mine, stack_theirs = socket.socketpair()
+            made += [stack_mine, stack_theirs]
+            sock = transport.make_socket(self._context)
+        except (OSError, zmq.ZMQError) as e:
+            for s in made:
+                s.close()
+            explained = resources.explain_start_failure(e, wid, len(self._workers))
+            if explained is not None:
+                raise explained from e
+            raise
         endpoint = self._endpoints(key)
         p = self._mp.Process(
             target=_worker_main, name=f"{self._name}-{wid}",
-            args=(wid, endpoint, theirs, stack_theirs, self._shipped, rng.get_seed(),
-                  os.getpid(), self._pdeathsig, self.start_method != "forkserver",
+            args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped,
+                  rng.get_seed(), os.getpid(), self._pdeathsig, self.start_method != "forkserver",
                   config.worker_nice(), self._cv_threads,
                   self.start_method == "fork" and "cv2" in sys.modules))
         try:
@@ -168,16 +188,19 @@ class ProcessExecutor:
                 # are fork-aware.
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*fork.*")
+                transport.bind_private(sock, endpoint)    # before the worker connects
                 p.start()
-        except BaseException:
+        except BaseException as e:
             for s in (mine, stack_mine):
                 s.close()
+            sock.close(linger=0)
+            explained = resources.explain_start_failure(e, wid, len(self._workers))
+            if explained is not None:
+                raise explained from e
             raise
         finally:
             theirs.close()
             stack_theirs.close()
-        sock = transport.make_socket(self._context)
-        sock.connect(endpoint)
         w = _Worker(wid, key, p, sock, mine, stack_mine, SegmentReader(key, mine, self._released))
         self._by_sentinel[p.sentinel] = w
         self._by_key[key] = w
@@ -219,9 +242,22 @@ class ProcessExecutor:
 
     def _stop_worker(self, w):
         w.stopping = True
+        self._post(w, [transport._pack([transport.STOP])])
+
+    @staticmethod
+    def _post(w, frames, copy=True):
+        """Send to a worker, or queue until its HELLO comes (a bound socket without its peer
+        would block). A send that would block later means the worker has died: its exit is
+        handled (its datapoints are in ``outstanding``)."""
+        if not w.ready:
+            w.pending.append((frames, copy))
+            return
         try:
-            w.sock.send(transport._pack([transport.STOP]))
-        except zmq.ZMQError:          # pragma: no cover - it is gone already: its exit will tell
+            if len(frames) == 1:
+                w.sock.send(frames[0], zmq.NOBLOCK)
+            else:
+                w.sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
             pass
 
     def _forget(self, w):
@@ -274,20 +310,18 @@ class ProcessExecutor:
             self._send(w, *self._backlog.popleft())
         for w in self._workers:       # segments that no task took back: hand them back now
             if w.released and not w.stopping:
-                w.sock.send(transport.encode_release(w.released))
+                self._post(w, [transport.encode_release(w.released)])
                 w.released = []
 
     def _send(self, w, run, items):
         frames = transport.encode_task(run, items, w.released)
         w.released = []
-        if len(frames) == 1:
-            w.sock.send(frames[0])
-        else:                         # large arrays: let ZeroMQ send them without a copy
-            w.sock.send_multipart(frames, copy=False)
         if not w.outstanding:
             w.busy_since, w.next_warning = time.monotonic(), None
         for seq, index, dp in items:
             w.outstanding[seq] = (run, index, dp)
+        # large arrays travel as frames of their own: let ZeroMQ send them without a copy
+        self._post(w, frames, copy=len(frames) == 1)
 
     def get(self, timeout=None):
         with self._busy:
@@ -304,6 +338,8 @@ class ProcessExecutor:
         """Wait for messages, worker deaths or the next deadline, and handle them."""
         events = self._poller.poll(self._check_time(timeout))
         ready = {s for s, _ in events}
+        if self._gate.socket in ready:
+            self._gate.serve()
         for w in self._workers:
             if w.sock in ready:
                 self._drain(w)
@@ -353,8 +389,20 @@ class ProcessExecutor:
                 frame = w.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if frame == transport.HELLO_FRAME:
+                w.ready = True
+                for frames, copy in w.pending:
+                    self._post(w, frames, copy)
+                w.pending = []
+                if w.outstanding:       # its work starts now: so does the clock of its deadlines
+                    w.busy_since, w.next_warning = time.monotonic(), None
+                continue
             before = w.reader.held_bytes
-            results, busy = transport.decode_results(frame, w.reader)
+            try:
+                results, busy = transport.decode_results(frame, w.reader)
+            except transport.MalformedMessage as e:
+                logger.warning("dropped a message from worker process %d: %s", w.process.pid, e)
+                continue
             w.busy_s += busy
             moved = w.reader.held_bytes - before
             w.shm_bytes += moved
@@ -439,5 +487,6 @@ class ProcessExecutor:
             for w in self._workers:
                 if w is not None:
                     self._close_handles(w)
+            self._gate.close()
             self._context.term()
             self._endpoints.remove()

@@ -6,10 +6,16 @@ with a :class:`WorkerError`). Consumer side, :class:`Executor` is what
 :class:`~.mapper.ParallelMapData` needs from a pool of workers; :class:`InlineExecutor` is the
 serial one. The executor kinds are named here (``SERIAL``, ``THREAD``, ``PROCESS``, ``RAY``).
 
+A worker's exception crosses a process boundary as :func:`pack_exception` bytes, which
+:func:`unpack_exception` rebuilds with the exception's own class, ``args`` and attributes (an
+:class:`UnknownWorkerException` subclass of the same name only when the class cannot be imported).
+``SystemExit`` in a map function is reported as a ``RuntimeError`` naming it and the datapoint.
+
 Executors (:mod:`.thread_executor`, :mod:`.process_executor`, :mod:`.ray`) import this module
 and never each other.
 """
 import collections
+import pickle
 import time
 import traceback
 import types
@@ -20,7 +26,8 @@ from ..rng import set_datapoint_key
 from . import cvthreads
 
 __all__ = ["Executor", "InlineExecutor", "run_chunk", "WorkerError", "WorkerTraceback", "OK",
-           "DROP", "ERR", "SERIAL", "THREAD", "PROCESS", "RAY"]
+           "DROP", "ERR", "SERIAL", "THREAD", "PROCESS", "RAY", "UnknownWorkerException",
+           "pack_exception", "unpack_exception"]
 
 # The executor kinds: an executor's ``kind`` and a parallel dataflow's ``.executor``.
 SERIAL, THREAD, PROCESS, RAY = "serial", "thread", "process", "ray"
@@ -76,6 +83,131 @@ class WorkerError:
         return exc
 
 
+class UnknownWorkerException(RuntimeError):
+    """Stands for a worker's exception whose class cannot be imported in the consumer. The
+    exception raised is a subclass named after the original class (same ``__qualname__`` and
+    ``__module__``), its message ``module.Class: message``; ``args`` and the attributes that
+    could be carried are kept."""
+
+
+def _add_note(exc, note):
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:                                       # Python 3.10: kept, not printed
+        exc.__notes__ = list(getattr(exc, "__notes__", ())) + [note]
+
+
+def _dumps_any(obj):
+    """``obj`` pickled; by cloudpickle when pickle cannot, or would refer to ``__main__`` (which
+    differs between a consumer and its spawned workers). Raises if neither can."""
+    try:
+        data = pickle.dumps(obj, protocol=5)
+        if b"__main__" not in data:
+            return data
+    except Exception:
+        pass
+    import cloudpickle
+    return cloudpickle.dumps(obj, protocol=5)
+
+
+def pack_exception(exc):
+    """A worker's exception as bytes that :func:`unpack_exception` rebuilds in the consumer with
+    its own class, ``args`` and attributes, even when the class's ``__init__`` takes other
+    arguments than ``args`` (so that pickling the exception as a whole fails). Attributes and
+    arguments that do not pickle are dropped (an argument becomes its ``repr``) with a note."""
+    whole = None
+    try:
+        whole = _dumps_any(exc)
+        pickle.loads(whole)                     # an __init__ with other arguments fails here
+    except Exception:
+        whole = None
+    cls = type(exc)
+    try:
+        cls_data = _dumps_any(cls)
+    except Exception:
+        cls_data = None
+    notes = []
+    try:
+        args = _dumps_any(tuple(exc.args))
+    except Exception:
+        kept = []
+        for a in exc.args:
+            try:
+                _dumps_any(a)
+                kept.append(a)
+            except Exception:
+                kept.append(repr(a))
+                notes.append(f"an argument of the worker's exception did not pickle and is its "
+                             f"repr here: {repr(a)[:200]}")
+        args = _dumps_any(tuple(kept))
+    attrs, dropped = {}, []
+    for name, value in getattr(exc, "__dict__", {}).items():
+        try:
+            attrs[name] = _dumps_any(value)
+        except Exception:
+            dropped.append(name)
+    if dropped:
+        notes.append(f"attributes of the worker's exception that do not pickle were dropped: "
+                     f"{', '.join(dropped)}")
+    try:
+        text = str(exc)
+    except Exception:
+        text = repr(exc.args)
+    return pickle.dumps((whole, cls_data, cls.__module__, cls.__qualname__, args, attrs, notes,
+                         text), protocol=5)
+
+
+def unpack_exception(data):
+    """The exception :func:`pack_exception` described: the original as pickled whole when
+    that loads, otherwise rebuilt from its class (``__new__``, then ``args`` and ``__dict__``),
+    otherwise an :class:`UnknownWorkerException` subclass named after the class."""
+    whole, cls_data, module, qualname, args, attrs, notes, text = pickle.loads(data)
+    exc = None
+    if whole is not None and not notes:
+        try:
+            exc = pickle.loads(whole)
+        except Exception:
+            exc = None
+    loaded = {}
+    for name, value in attrs.items():
+        try:
+            loaded[name] = pickle.loads(value)
+        except Exception:
+            notes.append(f"attribute {name} of the worker's exception could not be loaded here")
+    try:
+        args = pickle.loads(args)
+    except Exception:
+        args = (text,)
+    if exc is None and cls_data is not None:
+        try:
+            cls = pickle.loads(cls_data)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                try:
+                    exc = cls.__new__(cls, *args)
+                except Exception:
+                    exc = cls.__new__(cls)
+                exc.args = args
+                if loaded:
+                    exc.__dict__.update(loaded)
+        except Exception:
+            exc = None
+    if exc is None:
+        stand_in = type(qualname.rsplit(".", 1)[-1], (UnknownWorkerException,),
+                        {"__module__": module, "__qualname__": qualname})
+        exc = stand_in(f"{module}.{qualname}: {text}")
+        notes.append(f"the worker raised {module}.{qualname}, a class that cannot be imported "
+                     f"here; this {UnknownWorkerException.__name__} stands for it")
+        for name, value in loaded.items():
+            if name != "__notes__":
+                try:
+                    setattr(exc, name, value)
+                except Exception:
+                    pass
+    for note in notes:
+        _add_note(exc, note)
+    return exc
+
+
 # What a map function may return (tensorpack's datapoints are lists or dicts; a bare array is
 # common enough to accept too).
 _DATAPOINT_TYPES = (list, tuple, dict, np.ndarray)
@@ -115,6 +247,12 @@ def run_chunk(func, run, items, stop=None):
         except Exception as e:
             out.append((seq, ERR, WorkerError.from_exception(
                 e, f"map function {func_name(func)} on datapoint #{index}")))
+        except SystemExit as e:       # a library's sys.exit() must not end the consumer
+            err = RuntimeError(f"map function {func_name(func)} raised SystemExit({e.code!r}) "
+                               f"on datapoint #{index}")
+            out.append((seq, ERR, WorkerError(
+                err, "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+                f"map function {func_name(func)} on datapoint #{index}")))
         else:
             if r is None:
                 out.append((seq, DROP, None))

@@ -18,7 +18,11 @@ Guarantees and choices, in one place:
   a cluster we joined is not ours, and a local instance we started is shared by every later Ray
   dataflow of the process (starting one costs seconds). It goes at interpreter exit (Ray's own
   exit hook), or when you call ``ray.shutdown()``. :func:`started_ray` tells whether we started it.
-  Its files go to a private temporary directory (not ``/tmp/ray``), removed at exit.
+  Its files go to a private temporary directory (not ``/tmp/ray``), removed at exit. A local
+  instance we start is private to this machine and to whoever holds its token: every one of its
+  servers (GCS, raylet, object manager, workers) listens on the loopback address only, and Ray's
+  token authentication is on (``RAY_AUTH_MODE=token``) with a random token of this process
+  (``RAY_AUTH_TOKEN``, unless you set one), so that another local user cannot submit work either.
 * **Actors** are ordinary (non-detached) actors named ``dataflow-<executor id>-w<worker>.<n>`` in
   the driver's namespace, each holding ``num_cpus_per_worker`` CPUs. Each calls
   ``make_func(worker_id)`` once (seeded like a worker process, see :func:`dataflow.rng.seed_worker`)
@@ -47,6 +51,7 @@ import collections
 import itertools
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -117,10 +122,32 @@ def ensure_ray(address=None, num_cpus=None):
         # go to a private directory, removed at exit once the instance is down.
         temp_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
         atexit.register(_shut_down_and_remove, ray, temp_dir)
+        _private_local_instance(ray)
         ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
                  _temp_dir=temp_dir)
         _started_ray = True
     return ray
+
+
+def _private_local_instance(ray):
+    """Make the local instance about to start listen on loopback only, with token
+    authentication. Ray binds its servers to the node's address, and takes the loopback address
+    as the node's only where it does not build clusters (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``,
+    read once at import: so the constant is set too). The environment carries both settings and
+    the token to the processes Ray starts."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if not os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        from ray._private import ray_constants
+        from ray._raylet import AuthenticationTokenLoader, Config
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        Config.initialize("")           # Ray's cached settings: they read the mode at import
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):     # pragma: no cover - another Ray layout
+        logger.warning("could not make the local Ray instance listen on loopback only, with "
+                       "token authentication")
 
 
 def _shut_down_and_remove(ray, temp_dir):
@@ -166,8 +193,9 @@ class _ActorBody:
     """What runs in each Ray actor: ``make_func(wid)`` once, then :func:`run_chunk` per chunk.
 
     Results travel as ``("results", [(seq, kind, value)], busy)`` with each
-    :class:`~.protocol.WorkerError` pickled by :func:`~.transport.pickle_error` (so an exception that
-    does not pickle still arrives, as a ``RuntimeError`` naming it); ``("failed", pickled error)``
+    :class:`~.protocol.WorkerError` pickled by :func:`~.transport.pickle_error` (so the exception
+    arrives with its class, args and attributes, see :func:`~.protocol.pack_exception`, even when
+    it does not pickle as a whole); ``("failed", pickled error)``
     when the worker cannot run chunks at all (``make_func`` raised, or something outside one
     datapoint did).
     """

@@ -24,6 +24,8 @@ import weakref
 
 import numpy as np
 
+from .resources import segment_error
+
 __all__ = ["SharedMemoryError", "SegmentPool", "SegmentReader", "shared_empty", "ALIGN"]
 
 ALIGN = 64                   # every buffer starts on a cache line
@@ -59,8 +61,7 @@ def _anonymous_file(size):
             os.posix_fallocate(fd, 0, size)
     except OSError as e:
         os.close(fd)
-        raise SharedMemoryError(f"could not reserve {size} bytes of shared memory for a result "
-                                f"({e.strerror}); reduce buffer_size or free memory") from None
+        raise SharedMemoryError(segment_error(size, e)) from None
     return fd
 
 
@@ -107,7 +108,10 @@ class SegmentPool:
         else:
             fd = _anonymous_file(size)
             try:
-                mm = mmap.mmap(fd, size)
+                try:
+                    mm = mmap.mmap(fd, size)
+                except OSError as e:
+                    raise SharedMemoryError(segment_error(size, e, "map")) from None
                 socket.send_fds(self._sock, [b"F"], [fd])
             finally:
                 os.close(fd)
@@ -249,7 +253,10 @@ class SegmentReader:
         for sid, size in new:
             _, fds, _, _ = socket.recv_fds(self._sock, 1, 1)
             try:
-                self._maps[sid] = mmap.mmap(fds[0], size)
+                try:
+                    self._maps[sid] = mmap.mmap(fds[0], size)
+                except OSError as e:
+                    raise SharedMemoryError(segment_error(size, e, "map")) from None
                 self.pool_bytes += size
             finally:
                 os.close(fds[0])

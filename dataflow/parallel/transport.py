@@ -1,24 +1,40 @@
 """The control plane between the consumer and its worker processes: ZeroMQ and msgpack.
 
-One ZeroMQ DEALER socket pair per worker. The worker binds an endpoint that has no file (an
+One ZeroMQ DEALER socket pair per worker. The consumer binds an endpoint that has no file (an
 abstract ``ipc://@...`` name on Linux; elsewhere a socket file in a private directory that the
-consumer removes on close), and the consumer connects to it, so tasks sent before the worker is up
-simply wait in the queue. High-water marks are off: the mapper already bounds how many datapoints
-are out, and a full queue must never drop a reply (tensorpack's strict mode deadlocks that way).
+consumer removes on close) before it starts the worker, and the worker connects to it.
+High-water marks are off: the mapper already bounds how many datapoints are out, and a full queue
+must never drop a reply (tensorpack's strict mode deadlocks that way).
+
+Privacy: only the worker the consumer started can talk to it. An abstract name can be listed and
+connected to by any local user, so the consumer's socket is a ZeroMQ PLAIN server and every
+connection must present the executor's secret (random, handed to the worker at start by
+multiprocessing, never on the wire to anyone else) to the ZAP handler that the consumer answers
+itself (:class:`Gatekeeper`). A peer without it is refused during the handshake, before any message
+goes either way; the check costs one handshake per connection and nothing per message. The name
+cannot be taken over by someone else while the consumer holds it, and a worker never reconnects, so
+a worker cannot hand the secret to an impostor either. The first message of a worker is ``HELLO``:
+until it arrives the consumer sends it nothing (a bound socket without its peer would block).
+A malformed message is logged and dropped on either side (:class:`MalformedMessage`).
 
 Messages are multipart; the first frame is a msgpack list whose first element says what it is:
 
 * consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header]`` + array frames, where the
   chunk ``[[seq, index, datapoint], ...]`` is encoded with :func:`dataflow.serialize.dumps_oob`
-  (large arrays travel as extra frames); ``[RELEASE, released_segment_ids]`` when segments come
-  free and no task is going that way; ``[STOP]``.
-* worker -> consumer: ``[RESULTS, busy_seconds, new_segments, buffer_descs, results]`` where each
-  result is ``[seq, kind, payload]``: the datapoint's header (its arrays are the shared-memory
-  buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled :class:`~.protocol.WorkerError`, or
+  (large arrays travel as extra frames; with ``allow_pickle``, since both ends are private, see
+  above); ``[RELEASE, released_segment_ids]`` when segments come free and no task is going that
+  way; ``[STOP]``.
+* worker -> consumer: ``[HELLO]`` once connected; ``[RESULTS, busy_seconds, new_segments,
+  buffer_descs, results]`` where each result is ``[seq, kind, payload]``: the datapoint's header
+  (its arrays are the shared-memory buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled
+  :class:`~.protocol.WorkerError`, or
   nothing for a dropped datapoint; ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
 """
+import hmac
+import logging
 import os
 import pickle
+import secrets
 import shutil
 import sys
 import tempfile
@@ -30,13 +46,16 @@ import msgpack
 import zmq
 
 from .. import serialize
-from .protocol import ERR, OK, WorkerError
+from .protocol import ERR, OK, WorkerError, pack_exception, unpack_exception
 
-__all__ = ["Endpoints", "make_context", "make_socket", "TASK", "STOP", "RESULTS", "FAILED",
-           "RELEASE", "encode_task", "encode_release", "decode_task", "encode_results",
+__all__ = ["Endpoints", "make_context", "make_socket", "make_secret", "bind_private",
+           "connect_private", "Gatekeeper", "MalformedMessage", "TASK", "STOP", "RESULTS",
+           "FAILED", "RELEASE", "HELLO", "HELLO_FRAME", "encode_task", "encode_release", "decode_task", "encode_results",
            "decode_results", "encode_failure", "pickle_error", "unpickle_error"]
 
-TASK, STOP, RESULTS, FAILED, RELEASE = 1, 2, 3, 4, 5
+logger = logging.getLogger("dataflow")
+
+TASK, STOP, RESULTS, FAILED, RELEASE, HELLO = 1, 2, 3, 4, 5, 6
 
 # Arrays smaller than this travel inside the msgpack frame; larger ones in shared memory (results)
 # or in frames of their own (tasks).
@@ -117,8 +136,78 @@ def make_socket(context):
     return s
 
 
+class MalformedMessage(ValueError):
+    """A message that is not what the protocol says; the receiver logs and drops it."""
+
+
+_ZAP_ENDPOINT = "inproc://zeromq.zap.01"      # where libzmq asks a context's ZAP handler
+_USERNAME = b"dataflow"
+
+
+def make_secret():
+    """A fresh random secret for the endpoints of one executor."""
+    return secrets.token_hex(32).encode()
+
+
+def bind_private(sock, endpoint):
+    """Make ``sock`` a PLAIN server (each peer is checked by the context's :class:`Gatekeeper`)
+    and bind it to ``endpoint``."""
+    sock.plain_server = True
+    sock.zap_domain = b"dataflow"
+    sock.bind(endpoint)
+
+
+def connect_private(sock, endpoint, secret):
+    """Connect ``sock`` to a consumer's private endpoint, proving it knows ``secret``. It never
+    reconnects: the consumer holds the name for as long as this worker may live, so a lost
+    connection means the consumer is gone, and a new holder of the name is not to be trusted."""
+    sock.plain_username = _USERNAME
+    sock.plain_password = secret
+    sock.setsockopt(zmq.RECONNECT_IVL, -1)
+    sock.connect(endpoint)
+
+
+class Gatekeeper:
+    """The ZAP handler of one consumer context: admits a PLAIN peer that presents ``secret``,
+    refuses (and logs) any other. Answered from the consumer's own poll loop (:meth:`serve` when
+    :attr:`socket` is readable): no thread, one request per connection."""
+
+    def __init__(self, context, secret):
+        self._secret = secret
+        self.refused = 0
+        self.socket = context.socket(zmq.REP)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(_ZAP_ENDPOINT)
+
+    def serve(self):
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            ok = (len(frames) == 8 and frames[0] == b"1.0" and frames[5] == b"PLAIN"
+                  and frames[6] == _USERNAME and hmac.compare_digest(frames[7], self._secret))
+            if not ok:
+                self.refused += 1
+                if self.refused <= 3:       # a peer that retries is not worth a flood of lines
+                    logger.warning("refused a connection to a worker endpoint from a peer that "
+                                   "does not know the pipeline's secret (address %r)%s",
+                                   frames[3] if len(frames) > 3 else b"?",
+                                   "; further refusals are not logged" if self.refused == 3
+                                   else "")
+            request_id = frames[1] if len(frames) > 1 else b""
+            self.socket.send_multipart([b"1.0", request_id, b"200" if ok else b"400",
+                                        b"OK" if ok else b"refused", b"", b""])
+
+    def close(self):
+        self.socket.close(linger=0)
+
+
 def _pack(obj):
     return msgpack.packb(obj, use_bin_type=True)
+
+
+HELLO_FRAME = msgpack.packb([HELLO])
 
 
 def _unpack(frame):
@@ -129,11 +218,12 @@ def encode_task(run, items, released):
     """Frames of a task message. Raises ``TypeError`` naming the datapoint that cannot be sent."""
     frames = []
     try:
-        header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT)
+        header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT,
+                                     allow_pickle=True)
     except TypeError:
         for _, index, dp in items:      # find the culprit for a clear message
             try:
-                serialize.dumps_oob(dp, [], INLINE_LIMIT)
+                serialize.dumps_oob(dp, [], INLINE_LIMIT, allow_pickle=True)
             except TypeError as e:
                 raise TypeError(f"datapoint #{index} of the source cannot be sent to a worker "
                                 f"process: {e}") from None
@@ -147,30 +237,33 @@ def encode_release(released):
 
 
 def decode_task(frames):
-    """``(kind, released, run, items)`` from the frames of a consumer message."""
-    msg = _unpack(frames[0])
-    if msg[0] == RELEASE:
-        return RELEASE, msg[1], None, None
-    if msg[0] != TASK:
-        return msg[0], [], None, None
-    buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
-    return TASK, msg[1], msg[2], serialize.loads_oob(msg[3], buffers)
+    """``(kind, released, run, items)`` from the frames of a consumer message;
+    :class:`MalformedMessage` for anything else."""
+    try:
+        msg = _unpack(frames[0])
+        if msg[0] == RELEASE:
+            return RELEASE, list(msg[1]), None, None
+        if msg[0] == STOP:
+            return STOP, [], None, None
+        if msg[0] != TASK:
+            raise ValueError(f"unknown message kind {msg[0]!r}")
+        buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
+        items = serialize.loads_oob(msg[3], buffers, allow_pickle=True)
+        return TASK, list(msg[1]), msg[2], items
+    except Exception as e:
+        raise MalformedMessage(f"malformed message from the consumer: {type(e).__name__}: {e}") \
+            from None
 
 
 def pickle_error(err):
-    """A WorkerError as bytes. An exception that does not survive pickling is replaced by a
-    ``RuntimeError`` that names its type and message."""
-    try:
-        data = pickle.dumps(err.exc)
-        pickle.loads(data)
-    except Exception:
-        data = pickle.dumps(RuntimeError(f"{type(err.exc).__qualname__}: {err.exc}"))
-    return pickle.dumps((data, err.tb, err.where, err.fatal))
+    """A WorkerError as bytes; its exception is rebuilt with its own class, args and attributes
+    (see :func:`~.protocol.pack_exception`)."""
+    return pickle.dumps((pack_exception(err.exc), err.tb, err.where, err.fatal))
 
 
 def unpickle_error(data):
     exc, tb, where, fatal = pickle.loads(data)
-    return WorkerError(pickle.loads(exc), tb, where, fatal)
+    return WorkerError(unpack_exception(exc), tb, where, fatal)
 
 
 def encode_results(results, indices, busy, pool, func_desc):
@@ -193,7 +286,8 @@ def encode_results(results, indices, busy, pool, func_desc):
         if kind == OK:
             n = len(buffers)
             try:
-                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
+                                                          allow_pickle=True)])
             except TypeError as e:
                 del buffers[n:]
                 exc = TypeError(f"{func_desc} returned datapoint #{indices[seq]} that cannot be "
@@ -207,7 +301,8 @@ def encode_results(results, indices, busy, pool, func_desc):
                     out.pop()
                     messages.append((out, buffers))
                     out, buffers, nbytes = [], [], 0
-                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT)])
+                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
+                                                             allow_pickle=True)])
                 nbytes += size
         else:
             out.append([seq, kind, pickle_error(value) if kind == ERR else None])
@@ -233,19 +328,28 @@ def encode_failure(err):
 
 def decode_results(frame, reader):
     """``(results, busy)`` from a results frame; arrays are views of shared memory that
-    ``reader`` (a :class:`~.shm.SegmentReader`) maps. A failure report is raised."""
-    msg = _unpack(frame)
-    if msg[0] == FAILED:
-        raise unpickle_error(msg[1]).to_exception()
-    _, busy, new, descs, out = msg
-    if new:
-        reader.add(new)
-    buffers = reader.buffers(descs) if descs else []
-    results = []
-    for seq, kind, payload in out:
-        if kind == OK:
-            payload = serialize.loads_oob(payload, buffers)
-        elif kind == ERR:
-            payload = unpickle_error(payload)
-        results.append((seq, kind, payload))
-    return results, busy
+    ``reader`` (a :class:`~.shm.SegmentReader`) maps. A failure report is raised;
+    :class:`MalformedMessage` for a frame that is not a message."""
+    try:
+        msg = _unpack(frame)
+        if msg[0] == FAILED:
+            err = unpickle_error(msg[1])
+        else:
+            _, busy, new, descs, out = msg
+            if new:
+                reader.add(new)
+            buffers = reader.buffers(descs) if descs else []
+            results = []
+            for seq, kind, payload in out:
+                if kind == OK:
+                    payload = serialize.loads_oob(payload, buffers, allow_pickle=True)
+                elif kind == ERR:
+                    payload = unpickle_error(payload)
+                results.append((seq, kind, payload))
+            return results, busy
+    except (MemoryError, OSError):          # shared memory refused: not the message's fault
+        raise
+    except Exception as e:
+        raise MalformedMessage(f"malformed message from a worker: {type(e).__name__}: {e}") \
+            from None
+    raise err.to_exception()

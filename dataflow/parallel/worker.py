@@ -8,6 +8,7 @@ import atexit
 import collections
 import ctypes
 import faulthandler
+import logging
 import multiprocessing.forkserver as mp_forkserver
 import os
 import re
@@ -24,6 +25,8 @@ from .shm import SegmentPool
 from . import cvthreads, shm, transport
 from .start import _close_all
 from .supervisor import die_with_parent, process_alive
+
+logger = logging.getLogger("dataflow")
 
 
 # How often an idle worker checks that its consumer still exists (seconds).
@@ -84,7 +87,11 @@ def _take_messages(sock, pool, tasks):
             frames = sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return True
-        kind, released, run, items = transport.decode_task(frames)
+        try:
+            kind, released, run, items = transport.decode_task(frames)
+        except transport.MalformedMessage as e:
+            logger.warning("worker process %d dropped a message: %s", os.getpid(), e)
+            continue
         pool.release(released)
         if kind == transport.TASK:
             tasks.append((run, items))
@@ -92,8 +99,8 @@ def _take_messages(sock, pool, tasks):
             return False
 
 
-def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid, pdeathsig,
-                 forked_by_consumer, nice, cv_threads, cv_inherited):
+def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, consumer_pid,
+                 pdeathsig, forked_by_consumer, nice, cv_threads, cv_inherited):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -111,7 +118,8 @@ def _worker_main(wid, endpoint, fd_sock, stack_sock, shipped, seed, consumer_pid
     cvthreads.set_process_limit(cv_threads, inherited=cv_inherited)
     context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
-    sock.bind(endpoint)
+    transport.connect_private(sock, endpoint, secret)
+    sock.send(transport.HELLO_FRAME)                 # delivered once the consumer admits us
     # Only now, with ZeroMQ's I/O thread running at the consumer's priority: it sends each
     # result as soon as it is ready, preempting this thread, instead of waiting for a time slice
     # while the cores run workers (figures in docs/measurements.md).

@@ -1,0 +1,272 @@
+"""Any picklable datapoint crosses processes: msgpack for what the codec handles, pickle (protocol
+5, cloudpickle where pickle cannot) per object for the rest, its arrays out of band (shared memory
+for results), structured dtypes natively; pickle only where the caller allows it."""
+import dataclasses
+import datetime
+import fractions
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import msgpack
+import numpy as np
+import pytest
+
+import dataflow as D
+from dataflow import serialize
+from dataflow.parallel import transport
+
+pytestmark = [pytest.mark.timeout(60)]
+
+BIG = 1 << 15                    # elements: 128 KiB of int32, out of band
+
+
+@dataclasses.dataclass
+class Point:                     # importable: plain pickle, by reference
+    x: int
+    data: np.ndarray
+
+
+def _make_values():
+    """values(i): one datapoint with every kind of value the msgpack codec does not carry."""
+    class Plain:                 # local: only cloudpickle can carry it (by value)
+        def __init__(self, i):
+            self.i = i
+
+        def __eq__(self, other):
+            return type(other).__name__ == "Plain" and other.i == self.i
+
+    def values(i):
+        structured = np.zeros(3, [("a", "<i4"), ("b", [("c", "<f8", (2,))]), ("d", "S3")])
+        structured["a"] = i
+        big_structured = np.zeros(BIG // 4, "i4,f8")
+        big_structured["f0"] = i
+        return [i, {i, "s"}, frozenset([i]), fractions.Fraction(i, 7), datetime.date(2020, 1, 1 + i % 28),
+                Plain(i), Point(i, np.full(BIG, i, np.int32)), structured, big_structured,
+                np.array([None, i, "x"], dtype=object), np.ma.masked_array([i, 2], mask=[0, 1]),
+                [np.full(BIG, i, np.int32), {"meta": {i}}]]
+    return values
+
+
+values = _make_values()
+
+
+def assert_values(got, i):
+    want = values(i)
+    assert got[0] == i
+    assert got[1] == want[1] and type(got[1]) is set
+    assert got[2] == want[2] and type(got[2]) is frozenset
+    assert got[3] == want[3] and type(got[3]) is fractions.Fraction
+    assert got[4] == want[4]
+    assert got[5] == want[5]
+    assert type(got[6]) is Point and got[6].x == i and np.array_equal(got[6].data, want[6].data)
+    for k in (7, 8):
+        assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes()
+    assert got[9].dtype == object and list(got[9]) == list(want[9])
+    assert isinstance(got[10], np.ma.MaskedArray) and (got[10].mask == want[10].mask).all()
+    assert np.array_equal(got[11][0], want[11][0]) and got[11][1] == {"meta": {i}}
+
+
+def _memfd_ranges():
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "memfd:dataflow" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                out.append((lo, hi))
+    return out
+
+
+def in_shared_memory(a):
+    address = a.__array_interface__["data"][0]
+    return any(lo <= address < hi for lo, hi in _memfd_ranges())
+
+
+# -- the codec ----------------------------------------------------------------------------------
+def test_pickle_only_where_allowed():
+    with pytest.raises(TypeError, match="cannot serialize object of type 'set' at \\[1\\]"):
+        serialize.dumps_oob([1, {2}], [])
+    header = serialize.dumps_oob([1, {2}], [], allow_pickle=True)
+    assert serialize.loads_oob(header, [], allow_pickle=True) == [1, {2}]
+    with pytest.raises(ValueError, match="allow_pickle"):
+        serialize.loads_oob(header, [])
+    msg = serialize.dumps([1, {2}], allow_pickle=True)
+    assert serialize.loads(msg, allow_pickle=True) == [1, {2}]
+    with pytest.raises(ValueError, match="allow_pickle"):
+        serialize.loads(msg)
+
+
+def test_decided_per_object_the_array_beside_a_set_stays_out_of_band():
+    big = np.arange(BIG, dtype=np.int32)
+    s = set(range(20))
+    buffers = []
+    header = serialize.dumps_oob([big, {"meta": s}], buffers, allow_pickle=True)
+    assert len(buffers) == 1 and np.shares_memory(buffers[0], big)    # zero-copy, not pickled
+    # the header carries the set's own pickle and little more: nothing else was pickled
+    assert len(header) < len(pickle.dumps(s, protocol=5)) + 64
+    got = serialize.loads_oob(header, buffers, allow_pickle=True)
+    assert np.array_equal(got[0], big) and got[1] == {"meta": s}
+
+
+def test_arrays_inside_pickled_objects_are_out_of_band_buffers():
+    p = Point(3, np.arange(BIG, dtype=np.int32))
+    buffers = []
+    header = serialize.dumps_oob([p], buffers, allow_pickle=True)
+    assert len(buffers) == 1 and np.shares_memory(buffers[0], p.data)
+    assert len(header) < 1024
+    got = serialize.loads_oob(header, [bytearray(b) for b in buffers], allow_pickle=True)[0]
+    assert got.x == 3 and np.array_equal(got.data, p.data) and got.data.flags.writeable
+    msg = serialize.dumps([p, np.arange(10)], allow_pickle=True)       # one-message form too
+    got = serialize.loads(msg, allow_pickle=True)
+    assert np.array_equal(got[0].data, p.data) and np.array_equal(got[1], np.arange(10))
+
+
+@pytest.mark.parametrize("dtype", [
+    [("a", "<i4"), ("b", ">f8")],
+    np.dtype([("a", "u1"), ("b", "<i8")], align=True),                 # padding
+    [("a", "<i4"), ("b", [("c", "<f8", (2, 3)), ("d", "S5")])],         # nested, subarray
+    {"names": ["x", "y"], "formats": ["<i2", "<i2"], "offsets": [0, 4], "itemsize": 8},
+])
+@pytest.mark.parametrize("n", [4, BIG])
+def test_structured_dtypes_travel_natively(dtype, n):
+    a = np.zeros(n, dtype)
+    a.view(np.uint8)[:] = np.arange(a.nbytes, dtype=np.uint8)
+    buffers = []
+    header = serialize.dumps_oob({"a": a}, buffers)        # no pickle needed
+    got = serialize.loads_oob(header, buffers)["a"]
+    assert got.dtype == a.dtype and got.tobytes() == a.tobytes()
+    if n == BIG:
+        assert len(buffers) == 1 and np.shares_memory(buffers[0], a)
+    got = serialize.loads(serialize.dumps(a))
+    assert got.dtype == a.dtype and got.tobytes() == a.tobytes()
+
+
+def test_a_crafted_structured_dtype_with_objects_is_refused():
+    record = msgpack.packb([[["a", "|O"]], [1], False, bytes(8)])
+    with pytest.raises(ValueError):
+        serialize.loads_oob(msgpack.packb(msgpack.ExtType(5, record)), [])
+
+
+def test_every_value_round_trips_through_the_codec():
+    buffers = []
+    header = serialize.dumps_oob(values(5), buffers, allow_pickle=True)
+    assert_values(serialize.loads_oob(header, buffers, allow_pickle=True), 5)
+
+
+def test_unpicklable_value_names_itself_and_the_datapoint():
+    with pytest.raises(TypeError, match="cannot serialize object of type 'generator' at \\[1\\]"):
+        transport.encode_task(0, [(0, 7, [1, (x for x in [])])], [])
+    with pytest.raises(TypeError, match="datapoint #7"):
+        transport.encode_task(0, [(0, 7, [1, (x for x in [])])], [])
+
+
+# -- through processes --------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def zmq_send_helper_thread():
+    """Large source arrays go to workers without a copy, for which pyzmq starts, once per
+    process, a thread that frees them once sent: start it up front, so it is not a leak."""
+    from zmq.utils.garbage import gc as zmq_gc
+    with D.MultiProcessMapData(D.DataFromList([[np.zeros(1 << 17, np.uint8)]]), 1,
+                               _identity_by_value(), strict=True) as df:
+        df.reset_state()
+        assert [dp[0].size for dp in df] == [1 << 17]
+    assert zmq_gc.is_alive()
+
+
+def _identity_by_value():
+    def f(dp):
+        return dp
+    return f
+
+
+def _as_result():
+    vals = _make_values()
+
+    def f(dp):
+        return vals(dp[0])
+    return f
+
+
+def _identity(dp):
+    return dp
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_every_type_as_result_and_as_source_datapoint(start_method):
+    n = 6
+    with D.MultiProcessMapData(D.DataFromList([[i] for i in range(n)], shuffle=False), 2,
+                               _as_result(), strict=True, ordered=True,
+                               start_method=start_method) as df:
+        df.reset_state()
+        out = list(df)
+        for i, got in enumerate(out):
+            assert_values(got, i)
+        # zero-copy: the plain array beside the set, and the array inside the dataclass
+        assert in_shared_memory(out[0][11][0]) and in_shared_memory(out[0][6].data)
+        del out, got
+    with D.MultiProcessMapData(D.DataFromList([values(i) for i in range(n)], shuffle=False), 2,
+                               _identity, strict=True, ordered=True,
+                               start_method=start_method) as df:
+        df.reset_state()
+        for i, got in enumerate(df):
+            assert_values(got, i)
+        del got
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_every_type_through_the_runner_and_map_and_batch():
+    class Source(D.DataFlow):
+        def __iter__(self):
+            for i in range(4):
+                yield values(i)
+
+        def __len__(self):
+            return 4
+
+    with D.MultiProcessRunnerZMQ(Source(), num_proc=2, hwm=4, start_method="spawn") as df:
+        df.reset_state()
+        got = list(df) + list(df)          # two passes of len(ds) datapoints
+    assert len(got) == 8
+    for dp in got:
+        assert_values(dp, dp[0])
+    del got, dp
+
+    def pair(dp):
+        return [dp[0], {dp[0]}, fractions.Fraction(dp[0], 2)]
+    with D.MultiProcessMapAndBatchData(D.DataFromList([[i] for i in range(8)], shuffle=False),
+                                       2, pair, 4, start_method="forkserver") as df:
+        df.reset_state()
+        batches = [b for _, b in zip(range(2), df)]
+    for b in batches:
+        assert [{i} for i in b[0]] == b[1]
+        assert b[2] == [fractions.Fraction(int(i), 2) for i in b[0]]
+
+
+def test_a_class_of_the_main_script_crosses_spawned_workers(tmp_path):
+    script = tmp_path / "main_class.py"
+    script.write_text(textwrap.dedent("""
+        import dataflow as D
+
+        class Record:
+            def __init__(self, i):
+                self.i = i
+
+        def f(dp):
+            return [Record(dp[0].i * 2), {dp[0].i}]
+
+        src = D.DataFromList([[Record(i)] for i in range(5)], shuffle=False)
+        with D.MultiProcessMapData(src, 2, f, strict=True, ordered=True,
+                                   start_method="spawn") as df:
+            df.reset_state()
+            out = list(df)
+        assert all(type(r) is Record for r, _ in out), [type(r) for r, _ in out]
+        print([r.i for r, _ in out], [s for _, s in out])
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[0, 2, 4, 6, 8] [{0}, {1}, {2}, {3}, {4}]"

@@ -1,0 +1,37 @@
+"""``list(df)`` works on dataflows of unknown length, and ``len()`` still raises something that
+``except NotImplementedError`` catches (tensorpack's contract)."""
+import pytest
+
+import dataflow as D
+
+
+def _gen():
+    return iter([[1], [2], [3]])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: D.DataFromGenerator(_gen),
+    lambda: D.DataFromIterable(x for x in [[1], [2], [3]]),
+    lambda: D.MapData(D.DataFromGenerator(_gen), lambda dp: dp),
+    lambda: D.MapDataComponent(D.DataFromGenerator(_gen), lambda x: x, 0),
+])
+def test_list_tuple_sorted_iterate_a_dataflow_of_unknown_length(make):
+    assert list(make()) == [[1], [2], [3]]
+    assert tuple(make()) == ([1], [2], [3])
+    assert sorted(make(), reverse=True) == [[3], [2], [1]]
+    with pytest.raises(NotImplementedError):
+        len(make())
+    with pytest.raises(TypeError):
+        len(make())
+
+
+def test_the_error_type_is_both():
+    assert issubclass(D.UnknownLengthError, NotImplementedError)
+    assert issubclass(D.UnknownLengthError, TypeError)
+
+    class Plain(D.DataFlow):
+        def __iter__(self):
+            yield [0]
+    with pytest.raises(D.UnknownLengthError, match="Plain does not know its length"):
+        len(Plain())
+    assert list(Plain()) == [[0]]

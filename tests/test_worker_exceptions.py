@@ -1,0 +1,159 @@
+"""A worker's exception reaches the consumer with its own class, args and attributes; the
+worker's traceback is its ``__cause__``; ``SystemExit`` in a map function never ends the
+consumer's program."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import dataflow as D
+from dataflow.parallel.protocol import (UnknownWorkerException, WorkerTraceback, pack_exception,
+                                      unpack_exception)
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+class BadRecord(Exception):
+    """An exception whose __init__ takes other arguments than its args: pickle cannot remake it."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"record {code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+class WithLock(Exception):
+    def __init__(self, msg):
+        super().__init__(msg)
+        self.lock = threading.Lock()        # does not pickle
+        self.count = 7
+
+
+def _raising(kind):
+    def f(dp):
+        if dp[0] == 2:
+            if kind == "bad_record":
+                raise BadRecord(dp[0], {"field": "x"})
+            if kind == "with_lock":
+                raise WithLock("locked")
+            if kind == "exit":
+                sys.exit(3)
+            if kind == "ghost":             # a class only the worker can import
+                import types
+                ghost = sys.modules.setdefault("dataflow_ghost", types.ModuleType("dataflow_ghost"))
+
+                class Ghost(ValueError):
+                    pass
+                Ghost.__module__, Ghost.__qualname__ = "dataflow_ghost", "Ghost"
+                ghost.Ghost = Ghost
+                err = Ghost("boo")
+                err.extra = 5
+                raise err
+        return dp
+    return f
+
+
+def _run(executor, kind, start_method=None):
+    src = D.DataFromList([[i] for i in range(6)], shuffle=False)
+    if executor == "thread":
+        df = D.MultiThreadMapData(src, 2, _raising(kind), strict=True)
+    else:
+        df = D.MultiProcessMapData(src, 2, _raising(kind), strict=True, start_method=start_method)
+    with df:
+        df.reset_state()
+        with pytest.raises(BaseException) as info:
+            list(df)
+    return info.value
+
+
+EXECUTORS = [("thread", None), ("process", "fork"), ("process", "spawn"),
+             ("process", "forkserver")]
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("executor, start_method", EXECUTORS)
+def test_init_with_other_arguments_keeps_class_args_and_attributes(executor, start_method):
+    exc = _run(executor, "bad_record", start_method)
+    assert type(exc) is BadRecord
+    assert exc.args == ("record 2: {'field': 'x'}",)
+    assert exc.code == 2 and exc.detail == {"field": "x"}
+    if executor == "process":
+        assert isinstance(exc.__cause__, WorkerTraceback) and "BadRecord" in exc.__cause__.text
+        assert "BadRecord: record 2" in exc.__cause__.text
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("executor, start_method", EXECUTORS[:3])
+def test_unpicklable_attributes_are_dropped_with_a_note(executor, start_method):
+    exc = _run(executor, "with_lock", start_method)
+    assert type(exc) is WithLock and exc.args == ("locked",) and exc.count == 7
+    if executor == "process":
+        assert not hasattr(exc, "lock")
+        assert any("lock" in n and "dropped" in n for n in exc.__notes__), exc.__notes__
+        assert isinstance(exc.__cause__, WorkerTraceback)
+
+
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("executor, start_method", EXECUTORS[:3])
+def test_system_exit_in_a_map_function_is_a_runtime_error(executor, start_method):
+    exc = _run(executor, "exit", start_method)
+    assert type(exc) is RuntimeError
+    assert "SystemExit(3)" in str(exc) and "#2" in str(exc), str(exc)
+    if executor == "process":
+        assert "SystemExit: 3" in exc.__cause__.text
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_a_class_the_consumer_cannot_import_becomes_a_named_stand_in():
+    exc = _run("process", "ghost", "spawn")
+    assert isinstance(exc, UnknownWorkerException) and isinstance(exc, RuntimeError)
+    assert type(exc).__name__ == "Ghost" and type(exc).__module__ == "dataflow_ghost"
+    assert str(exc) == "dataflow_ghost.Ghost: boo" and exc.extra == 5
+    assert isinstance(exc.__cause__, WorkerTraceback)
+
+
+def test_pack_and_unpack_directly():
+    for exc in (KeyError("k"), OSError(2, "No such file", "/x"), BadRecord(1, "d"),
+                ValueError(threading.Lock())):
+        got = unpack_exception(pack_exception(exc))
+        assert type(got) is type(exc)
+        if isinstance(exc, OSError):
+            assert (got.errno, got.strerror, got.filename) == (2, "No such file", "/x")
+        elif isinstance(exc, BadRecord):
+            assert (got.code, got.detail, got.args) == (1, "d", exc.args)
+        elif isinstance(exc, ValueError):        # an argument that does not pickle: its repr
+            assert got.args[0].startswith("<unlocked _thread.lock")
+            assert any("repr" in n for n in got.__notes__)
+
+
+def test_an_exception_class_of_the_main_script_under_spawn(tmp_path):
+    script = tmp_path / "main_exc.py"
+    script.write_text(textwrap.dedent("""
+        import dataflow as D
+
+        class BadRecord(Exception):
+            def __init__(self, code, detail):
+                super().__init__(f"record {code}")
+                self.code, self.detail = code, detail
+
+        def f(dp):
+            if dp[0] == 3:
+                raise BadRecord(dp[0], "bad")
+            return dp
+
+        with D.MultiProcessMapData(D.DataFromList([[i] for i in range(6)], shuffle=False), 2, f,
+                                   strict=True, start_method="spawn") as df:
+            df.reset_state()
+            try:
+                list(df)
+            except BadRecord as e:
+                print(type(e) is BadRecord, e.code, e.detail, e.args)
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "True 3 bad ('record 3',)"
