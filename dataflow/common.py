@@ -14,6 +14,7 @@ from copy import copy
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from . import rng as _rng
 from ._helpers import empty_pass_error, repeat_forever
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
@@ -203,6 +204,27 @@ class BatchData(ProxyDataFlow):
         else:
             super().close()
 
+    # Between batches nothing is held: the position is the input's, and whether the last,
+    # smaller batch of the pass (made after the input ended) was returned; with
+    # per_batch_map, the position of that map.
+    _tail = False
+    _resume_tail = False
+
+    def _get_position(self):
+        if self._mapped is not None:
+            return self._mapped._get_position()
+        return {"tail": self._tail or self._resume_tail, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        if self._mapped is not None:
+            return self._mapped._set_position(position)
+        self._resume_tail = bool(position["tail"])
+        self.ds._set_position(position["src"])
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size, "remainder": bool(self.remainder),
+                "use_list": bool(self.use_list), "per_batch_map": self._mapped is not None}
+
     def __len__(self):
         ds_size = len(self.ds)
         div, rem = divmod(ds_size, self.batch_size)
@@ -216,14 +238,24 @@ class BatchData(ProxyDataFlow):
         return self._batches()
 
     def _batches(self):
+        if self._resume_tail:          # resumed after the last batch of a pass: it is over
+            self._resume_tail = False
+            return iter(())
+        # the input's pass begins at iter() (see checkpoint.PassPosition)
+        return self._batches_of(iter(self.ds))
+
+    def _batches_of(self, source):
+        self._tail = False
         holder = []
-        for dp in self.ds:
+        for dp in source:
             holder.append(dp)
             if len(holder) == self.batch_size:
                 yield BatchData.aggregate_batch(holder, self.use_list)
                 holder = []
         if self.remainder and holder:
+            self._tail = True
             yield BatchData.aggregate_batch(holder, self.use_list)
+        self._tail = False
 
     # Collation lives in dataflow.collate; these stay for code that calls them on the class.
     _batch_numpy = staticmethod(batch_numpy)
@@ -247,6 +279,14 @@ class _Batches(DataFlow):
 
     def __iter__(self):
         return self.batch_data._batches()
+
+    def _get_position(self):
+        b = self.batch_data
+        return {"tail": b._tail or b._resume_tail, "src": b.ds._get_position()}
+
+    def _set_position(self, position):
+        self.batch_data._resume_tail = bool(position["tail"])
+        self.batch_data.ds._set_position(position["src"])
 
 
 class BatchDataByShape(BatchData):
@@ -274,6 +314,10 @@ class BatchDataByShape(BatchData):
         super().reset_state()
         self.holder = defaultdict(list)
         self._guard = DataFlowReentrantGuard()
+
+    def _get_position(self):
+        raise NotImplementedError("BatchDataByShape does not implement state_dict(): its "
+                                  "buffers persist across passes")
 
     def __iter__(self):
         with _guard_of(self):
@@ -326,14 +370,39 @@ class FixedSizeData(ProxyDataFlow):
             self.itr = None
             raise empty_pass_error("FixedSizeData", self.ds) from None
 
+    _done = 0                  # datapoints returned in the current pass
+    _resume = None
+
     def __iter__(self):
         with _guard_of(self):
+            start, self._done = (self._resume or 0), 0
+            if self._resume is not None:
+                self._resume, self._done, self.itr = None, start, None
             try:
-                for _ in range(self._size):
-                    yield self._next()
+                for k in range(start, self._size):
+                    dp = self._next()
+                    self._done = k + 1
+                    yield dp
+                self._done = 0
+                if start == self._size and not self._keep:
+                    # a resumed, already complete pass: leave the input's pass as the
+                    # uninterrupted run did (started, so the next one starts afresh)
+                    next(iter(self.ds), None)
             finally:
                 if not self._keep:
                     self.itr = None
+
+    def _get_position(self):
+        if self._resume is not None:
+            return {"done": self._resume, "src": self.ds._get_position()}
+        return {"done": self._done, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = int(position["done"])
+        self.ds._set_position(position["src"])
+
+    def _fingerprint_params(self):
+        return {"size": self._size, "keep_state": bool(self._keep)}
 
 
 class MapData(ProxyDataFlow):
@@ -381,6 +450,7 @@ class MapData(ProxyDataFlow):
         logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))
         self.func = func if callable(func) else Compose(fuse(ops))
         self._parallel = None
+        self._pass, self._next, self._open, self._resume = -1, 0, False, None
         if self.executor != SERIAL or on_error != "raise":
             # Below parallel/ (see above): the parallel map is imported when one is needed.
             from .parallel.runners import parallel_map
@@ -396,7 +466,7 @@ class MapData(ProxyDataFlow):
             self._parallel.reset_state()
         else:
             super().reset_state()
-        self._pass = -1
+        self._pass, self._next, self._open = -1, 0, False
 
     def close(self):
         """Stop the workers, if any, and close the source; ``reset_state()`` starts again."""
@@ -407,11 +477,19 @@ class MapData(ProxyDataFlow):
 
     def __iter__(self):
         if self._parallel is not None:
-            yield from self._parallel
-            return
-        self._pass = p = getattr(self, "_pass", -1) + 1
+            return iter(self._parallel)
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        start, skip = 0, 0
+        if self._resume is not None:        # continue a pass (see _get_position)
+            r, self._resume = self._resume, None
+            self._pass, start, skip = r["run"] - 1, r["index"], r["skip"]
+        self._pass = p = self._pass + 1
+        self._next, self._open = start, True
+        return self._one_pass(p, start, _skipped(self.ds, skip))
+
+    def _one_pass(self, p, start, source):
         func, local = self.func, _rng._local
-        for i, dp in enumerate(self.ds):
+        for i, dp in enumerate(source, start):
             local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
             ret = func(copy(dp))
             if ret is None:
@@ -422,7 +500,44 @@ class MapData(ProxyDataFlow):
                     f"{type(self).__name__}: the function {_func_name(func)} returned a "
                     f"generator for datapoint {i} of this pass. It must return a datapoint "
                     "(or None to drop it); did it use 'yield' instead of 'return'?")
+            self._next = i + 1
             yield ret
+        self._open = False
+
+    # The position of a map, serial or parallel (dataflow.parallel.mapper writes the same):
+    # ``run``/``index``: pass and index (the key of the random streams) of the first input
+    # datapoint not yet handed over; ``src``: the input's position ``skip`` datapoints before
+    # it; ``done``: ranges of later inputs, relative to ``index``, already handed over (only
+    # an unordered parallel map has them); ``pass``/``handled``: the pass of this dataflow and
+    # the results handed over in it.
+    def _get_position(self):
+        if self._parallel is not None:
+            return self._parallel._get_position()
+        if self._resume is not None:
+            return self._resume
+        if self._open:
+            p, i = self._pass, self._next
+        else:
+            p, i = self._pass + 1, 0
+        return {"pass": p, "run": p, "index": i, "handled": i, "skip": 0, "done": [],
+                "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        if self._parallel is not None:
+            return self._parallel._set_position(position)
+        if position["done"]:
+            raise ValueError("MapData: the state is of an unordered parallel map")
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+
+def _skipped(ds, n):
+    """``iter(ds)`` after its next ``n`` datapoints were read and dropped."""
+    it = iter(ds)
+    for _ in range(n):
+        if next(it, _EMPTY) is _EMPTY:
+            break
+    return it
 
 
 class _ShallowCopyFirst:
@@ -487,12 +602,37 @@ class RepeatedData(ProxyDataFlow):
             raise NotImplementedError("RepeatedData(num=-1) is infinite: len() is unavailable")
         return len(self.ds) * self.num
 
+    _rep = 0                   # the pass of ds within this pass
+    _resume = None
+
     def __iter__(self):
+        first, self._rep = (self._resume or 0), 0
+        resumed, self._resume = self._resume is not None, None
         if self.num == -1:
-            yield from repeat_forever(self.ds, "RepeatedData(num=-1)")
+            got = resumed         # a resumed pass of ds may have nothing left
+            while True:
+                for dp in self.ds:
+                    got = True
+                    yield dp
+                if not got:
+                    raise empty_pass_error("RepeatedData(num=-1)", self.ds)
+                self._rep, got = self._rep + 1, False
         else:
-            for _ in range(self.num):
+            for k in range(first, self.num):
+                self._rep = k
                 yield from self.ds
+            self._rep = 0
+
+    def _get_position(self):
+        rep = self._resume if self._resume is not None else self._rep
+        return {"rep": rep, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = int(position["rep"])
+        self.ds._set_position(position["src"])
+
+    def _fingerprint_params(self):
+        return {"num": self.num}
 
 
 class RepeatedDataPoint(ProxyDataFlow):
@@ -512,6 +652,10 @@ class RepeatedDataPoint(ProxyDataFlow):
         for dp in self.ds:
             for _ in range(self.num):
                 yield dp
+
+    def _get_position(self):
+        raise NotImplementedError("RepeatedDataPoint does not implement state_dict() "
+                                  "(a position between two repeats holds a datapoint)")
 
 
 class RandomChooseData(RNGDataFlow):
@@ -541,6 +685,9 @@ class RandomChooseData(RNGDataFlow):
         super().reset_state()
         for d, _ in self.df_lists:
             d.reset_state()
+
+    def _get_position(self):
+        raise NotImplementedError("RandomChooseData does not implement state_dict()")
 
     def __iter__(self):
         rng = _require_rng(self)
@@ -577,6 +724,9 @@ class RandomMixData(RNGDataFlow):
     def __len__(self):
         return sum(self.sizes)
 
+    def _get_position(self):
+        raise NotImplementedError("RandomMixData does not implement state_dict()")
+
     def __iter__(self):
         rng = _require_rng(self)
         sums = np.cumsum(self.sizes)
@@ -606,9 +756,24 @@ class ConcatData(DataFlow):
     def __len__(self):
         return sum(len(x) for x in self.df_lists)
 
+    _at = 0                    # the dataflow being read
+    _resume = None
+
     def __iter__(self):
-        for d in self.df_lists:
-            yield from d
+        first, self._resume = (self._resume or 0), None
+        for k in range(first, len(self.df_lists)):
+            self._at = k
+            yield from self.df_lists[k]
+        self._at = 0
+
+    def _get_position(self):
+        at = self._resume if self._resume is not None else self._at
+        return {"at": at, "srcs": [d._get_position() for d in self.df_lists]}
+
+    def _set_position(self, position):
+        self._resume = int(position["at"])
+        for d, p in zip(self.df_lists, position["srcs"]):
+            d._set_position(p)
 
 
 class JoinData(DataFlow):
@@ -637,6 +802,13 @@ class JoinData(DataFlow):
 
     def __len__(self):
         return min(len(k) for k in self.df_lists)
+
+    def _get_position(self):
+        return {"srcs": [d._get_position() for d in self.df_lists]}
+
+    def _set_position(self, position):
+        for d, p in zip(self.df_lists, position["srcs"]):
+            d._set_position(p)
 
     def __iter__(self):
         itrs = [iter(k) for k in self.df_lists]
@@ -710,6 +882,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._inf_iter = None
         self._iter_cnt = 0
         self._guard = None
+        self._keys = deque(maxlen=buffer_size)     # the step of each buffered datapoint
+        self._src_at, self._refs = {}, defaultdict(int)
+        self._reuse, self._track, self._current = self.num_reuse, None, None
 
     def reset_state(self):
         self._guard = DataFlowReentrantGuard()
@@ -717,7 +892,15 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         RNGDataFlow.reset_state(self)
         self._iter_cnt = 0
         self.q.clear()
+        self._keys = deque(maxlen=self.q.maxlen)
+        self._src_at, self._refs = {}, defaultdict(int)
+        self._reuse, self._track = self.num_reuse, None
+        if self._resume is None:
+            self._base = None
         self._inf_iter = iter(self._inf_ds)
+
+    _base = None               # seed of the buffer shuffles, drawn once from self.rng
+    _resume = None
 
     def __len__(self):
         return len(self.ds) * self.num_reuse
@@ -728,21 +911,105 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self.q.clear()
         self.q.extend(items)
 
+    def _shuffle_keyed(self, step):
+        """Shuffle the buffer (and its keys alike) by a permutation that is a pure function
+        of the base seed and the step, so that no random state needs saving."""
+        perm = _ckpt.keyed_generator(self._base, step).permutation(len(self.q))
+        items, keys = list(self.q), list(self._keys)
+        self.q.clear()
+        self.q.extend(items[k] for k in perm)
+        self._keys.clear()
+        self._keys.extend(keys[k] for k in perm)
+
     def __iter__(self):
         with _guard_of(self):
-            rng = _require_rng(self)
+            if self._base is None:
+                self._base = int(_require_rng(self).randint(2**31))
+            if self._resume is not None:
+                self._restore()
             if self._inf_iter is None:
                 self._inf_iter = iter(self._inf_ds)
-            for dp in self._inf_iter:
-                self._iter_cnt = (self._iter_cnt + 1) % self.shuffle_interval
-                if self._iter_cnt == 0:
-                    self._shuffle_buffer(rng)
-                for _ in range(self.num_reuse):
+            q, keys, src_at, refs = self.q, self._keys, self._src_at, self._refs
+            full = q.maxlen
+            while True:
+                if self._reuse < self.num_reuse:      # a resumed datapoint, not yet all in
+                    dp, step = self._current, self._iter_cnt - 1
+                else:
+                    if self._track is None:
+                        self._track = _trackable(self._inf_ds)
+                    at = self._inf_ds._get_position() if self._track is True else None
+                    dp = next(self._inf_iter)
+                    step = self._iter_cnt
+                    self._iter_cnt = step + 1
+                    src_at[step] = at
+                    if self._iter_cnt % self.shuffle_interval == 0:
+                        self._shuffle_keyed(step)
+                    self._current, self._reuse = dp, 0
+                while self._reuse < self.num_reuse:
                     # pop, append, then yield: an iteration closed at the yield loses nothing
-                    out = self.q.popleft() if len(self.q) == self.q.maxlen else _EMPTY
-                    self.q.append(dp)
+                    if len(q) == full:
+                        out, gone = q.popleft(), keys.popleft()
+                        refs[gone] -= 1
+                        if not refs[gone]:
+                            del refs[gone]
+                            del src_at[gone]
+                    else:
+                        out = _EMPTY
+                    q.append(dp)
+                    keys.append(step)
+                    refs[step] += 1
+                    self._reuse += 1
                     if out is not _EMPTY:
                         yield out
+
+    # Position: the step (datapoints taken from ds since reset_state), the steps of the
+    # buffered datapoints in buffer order and, once per step, the position of ds it was read
+    # at; a resume reads exactly those datapoints again (dataflow.checkpoint.refill).
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        if self._track is not None and self._track is not True:
+            raise self._track
+        if self._base is None:
+            self._base = int(_require_rng(self).randint(2**31))
+        keys = self._keys
+        return {"base": self._base, "step": self._iter_cnt, "reuse": self._reuse,
+                "buffer": list(keys),
+                "keys": [[k, self._src_at[k]] for k in sorted(set(keys))],
+                "src": self._inf_ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self._base = int(position["base"])
+        self._inf_ds._set_position(position["src"])
+
+    def _restore(self):
+        r, self._resume = self._resume, None
+        got = _ckpt.refill(self._inf_ds, [tuple(k) for k in r["keys"]], r["src"])
+        self.q.clear()
+        self.q.extend(got[k] for k in r["buffer"])
+        self._keys = deque(r["buffer"], maxlen=self.q.maxlen)
+        self._src_at = {k: p for k, p in r["keys"]}
+        self._refs = defaultdict(int)
+        for k in r["buffer"]:
+            self._refs[k] += 1
+        self._iter_cnt, self._reuse = r["step"], r["reuse"]
+        self._current = got.get(self._iter_cnt - 1)
+        self._inf_iter = None
+
+    def _fingerprint_params(self):
+        return {"buffer_size": self.q.maxlen, "num_reuse": self.num_reuse,
+                "shuffle_interval": self.shuffle_interval}
+
+
+def _trackable(df):
+    """``True`` if ``df`` can say where it is, otherwise the ``NotImplementedError`` it
+    raises (kept, to be raised by ``state_dict()``)."""
+    try:
+        df._get_position()
+    except NotImplementedError as e:
+        return e
+    return True
 
 
 class CacheData(ProxyDataFlow):
@@ -769,6 +1036,10 @@ class CacheData(ProxyDataFlow):
             self.rng = _rng.get_rng(self)
         self.buffer = []
         self._complete = False
+
+    def _get_position(self):
+        raise NotImplementedError("CacheData does not implement state_dict() (its cache holds "
+                                  "datapoints)")
 
     def __iter__(self):
         if self._complete:

@@ -4,6 +4,7 @@ import copy
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
@@ -78,6 +79,9 @@ class FakeData(RNGDataFlow):
         return val
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    def _one_pass(self):
         rng = _require_rng(self)
         if self.random:
             for _ in range(self._size):
@@ -86,6 +90,16 @@ class FakeData(RNGDataFlow):
             val = self._draw(rng)
             for _ in range(self._size):
                 yield copy.copy(val)
+
+    # its draws continue one random stream: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
+
+    def _fingerprint_params(self):
+        return {"size": self._size, "random": bool(self.random)}
 
 
 class DataFromQueue(DataFlow):
@@ -103,16 +117,28 @@ class DataFromQueue(DataFlow):
         self._guard = DataFlowReentrantGuard()
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._gets)
+
+    def _gets(self):
         with _guard_of(self):
             while True:
                 yield self.queue.get()
 
+    # a queue cannot be read again: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
 
-class DataFromList(RNGDataFlow):
+
+class DataFromList(_ckpt.PassPosition, RNGDataFlow):
     """The elements of a list (or any sequence) as datapoints.
 
     Each pass yields every element exactly once: in order with ``shuffle=False``, otherwise in the
-    order of a fresh random permutation of the indices drawn from ``self.rng``.
+    order of a fresh random permutation of the indices. The permutation of pass ``p`` is a pure
+    function of ``p`` and of one number drawn from ``self.rng`` at the first pass, so that
+    ``state_dict()`` is two ints and the seed, and resuming costs nothing.
     """
 
     def __init__(self, lst, shuffle=True):
@@ -125,17 +151,53 @@ class DataFromList(RNGDataFlow):
         self.lst = lst
         self.shuffle = shuffle
 
+    _base = None               # the seed of the permutations, drawn from self.rng
+
     def __len__(self):
         return len(self.lst)
 
+    def reset_state(self):
+        super().reset_state()
+        self._reset_position()
+        if self._resume is None:
+            self._base = None
+
     def __iter__(self):
+        # the pass begins at iter(), not at the first next(): an iterator made and dropped
+        # unstarted (by JoinData, say) counts as a pass, resumed or not
+        p, start = self._begin_pass()
+        return self._one_pass(p, start)
+
+    def _one_pass(self, p, start):
+        lst = self.lst
         if not self.shuffle:
-            yield from self.lst
+            for k in range(start, len(lst)):
+                self._pos = k + 1
+                yield lst[k]
         else:
-            idxs = np.arange(len(self.lst))
-            _require_rng(self).shuffle(idxs)
-            for k in idxs:
-                yield self.lst[k]
+            if self._base is None:
+                self._base = int(_require_rng(self).randint(2**31))
+            idxs = _ckpt.keyed_permutation(self._base, p, len(lst))
+            for k in range(start, len(lst)):
+                self._pos = k + 1
+                yield lst[idxs[k]]
+        self._end_pass()
+
+    def _get_position(self):
+        s = _ckpt.PassPosition._get_position(self)
+        if self.shuffle:
+            if self._base is None:
+                self._base = int(_require_rng(self).randint(2**31))
+            s.setdefault("base", self._base)
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        if "base" in position:
+            self._base = int(position["base"])
+
+    def _fingerprint_params(self):
+        return {"len": len(self.lst), "shuffle": bool(self.shuffle)}
 
 
 class DataFromGenerator(DataFlow):
@@ -166,6 +228,16 @@ class DataFromGenerator(DataFlow):
         return self._size
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    # a generator cannot say where it is: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
+
+    def _one_pass(self):
         if callable(self._gen):
             yield from self._gen()
             return
@@ -199,5 +271,15 @@ class DataFromIterable(DataFlow):
         return self._len
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    def _one_pass(self):
         for dp in self._itr:  # not ``yield from``: closing a pass must not close the iterable
             yield dp
+
+    # a re-iterable object is replayed: its position is the count of datapoints returned
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
