@@ -200,6 +200,27 @@ def replay_state(df):
 replay_state.replay_default = True
 
 
+def skipped(ds, n):
+    """``iter(ds)`` after its next ``n`` datapoints were read and dropped (at most ``n``: fewer
+    if the pass ends first)."""
+    it = iter(ds)
+    for _ in range(n):
+        if next(it, _END) is _END:
+            break
+    return it
+
+
+def ranges(values):
+    """Sorted ints as ``[[start, stop], ...]`` ranges."""
+    out = []
+    for v in sorted(values):
+        if out and out[-1][1] == v:
+            out[-1][1] = v + 1
+        else:
+            out.append([v, v + 1])
+    return out
+
+
 # -- buffers of datapoints, kept as keys --------------------------------------------------------
 def capture(source):
     """The position of ``source`` now: the key from which its next datapoint can be read

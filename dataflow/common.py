@@ -531,13 +531,7 @@ class MapData(ProxyDataFlow):
         self.ds._set_position(position["src"])
 
 
-def _skipped(ds, n):
-    """``iter(ds)`` after its next ``n`` datapoints were read and dropped."""
-    it = iter(ds)
-    for _ in range(n):
-        if next(it, _EMPTY) is _EMPTY:
-            break
-    return it
+_skipped = _ckpt.skipped
 
 
 class _ShallowCopyFirst:
