@@ -82,3 +82,13 @@ class CopiesRunner(ParallelMapData):
 
     def _reset_source(self):
         pass                          # each worker resets its own copy
+
+    def _get_position(self):
+        raise NotImplementedError(RUNNER_STATE.format(type(self).__name__))
+
+
+RUNNER_STATE = ("{} does not implement state_dict(): each worker runs its own copy of the "
+                "dataflow and the datapoints arrive in whatever order the workers finish, so "
+                "there is no position to resume from. Put the work in a map instead "
+                "(MapData(..., num_parallel_workers=N) or a strict parallel map), which "
+                "resumes exactly.")

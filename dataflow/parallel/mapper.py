@@ -382,8 +382,8 @@ class ParallelMapData(ProxyDataFlow):
             target = st.run_len        # known once the source has ended one run
         policy = _ErrorPolicy(self, target)
         if self._resume is not None:
-            r, self._resume = self._resume, None
             st.source = self._begin_run(st.next_seq)
+            r, self._resume = self._resume, None
             st.npass, st.index, st.run = r["pass"], r["index"], r["run"]
             handled = r["handled"]
         else:

@@ -11,7 +11,7 @@ import logging
 from .. import config
 from .._helpers import available_cpus, check_int, dataflow_length, repeat_forever
 from ..collate import aggregate_batch
-from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
+from .copies import RUNNER_STATE, Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
 from .mapper import ParallelMapData
 from .policy import choose_executor, describe_choice
@@ -127,6 +127,9 @@ class MultiThreadRunner(ParallelMapData):
         if self._state is None:
             return len(self.get_df())
         return len(self.ds)
+
+    def _get_position(self):
+        raise NotImplementedError(RUNNER_STATE.format(type(self).__name__))
 
 
 class MultiProcessMapData(ParallelMapData):
