@@ -608,7 +608,6 @@ def test_unordered_state_does_not_load_into_an_ordered_map(no_leaks):
 
 # -- torch adapter --------------------------------------------------------------------------------
 def test_stateful_dataloader_checkpoints_the_pipeline(no_leaks):
-    pytest.importorskip("torchdata")
     from torchdata.stateful_dataloader import StatefulDataLoader
     from dataflow.integrations.torch import as_iterable_dataset
 
