@@ -637,3 +637,33 @@ def test_stateful_dataloader_checkpoints_the_pipeline(no_leaks):
     got += rows(loader) + rows(loader)
     ds.close()
     assert got == ref
+
+
+@pytest.mark.parametrize("strict, ordered", [(True, True), (True, False), (False, True),
+                                             (False, False)])
+def test_load_into_a_running_pipeline(no_leaks, strict, ordered):
+    """Loading a state into a pipeline that is being iterated (workers busy, results in
+    flight) continues from the state; nothing of the abandoned iteration leaks in."""
+    def build():
+        return D.MultiThreadMapData(D.MapData(numbers(20, shuffle=False), noisy), 3, noisy,
+                                    strict=strict, ordered=ordered, buffer_size=8)
+
+    def key(x):
+        return tuple(x[1]) if isinstance(x[1], list) else x[1]
+
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    before = [plain(next(it)) for _ in range(5)]
+    state = through_json(df.state_dict())
+    [next(it) for _ in range(6)]              # go on, then go back to the state
+    it.close()                                # (a dataflow is iterated once at a time)
+    df.load_state_dict(state)
+    after = [plain(x) for x in df]
+    df.close()
+    got = before + after
+    assert len(got) == 20
+    assert sorted(x[0] for x in got) == list(range(20))
+    if ordered:
+        assert [x[0] for x in got] == list(range(20))

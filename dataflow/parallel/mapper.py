@@ -83,6 +83,7 @@ class _Pass:
         self.npass = 0             # non-strict: the pass being, or next to be, iterated
         self.handled = 0           # non-strict: results handed over in that pass
         self.in_pass = False
+        self.floor = 0             # non-strict: results of lower seqs are discarded (a load)
 
 
 class ParallelMapData(ProxyDataFlow):
@@ -382,6 +383,10 @@ class ParallelMapData(ProxyDataFlow):
             target = st.run_len        # known once the source has ended one run
         policy = _ErrorPolicy(self, target)
         if self._resume is not None:
+            # results still out from before the load (a live pipeline) are discarded
+            st.floor = st.expect = st.next_seq
+            st.ready.clear()
+            st.held.clear()
             st.source = self._begin_run(st.next_seq)
             r, self._resume = self._resume, None
             st.npass, st.index, st.run = r["pass"], r["index"], r["run"]
@@ -399,7 +404,7 @@ class ParallelMapData(ProxyDataFlow):
                 target = policy.total = st.run_len
                 continue
             if not st.ready:
-                self._receive(0)
+                self._receive(st.floor)
             while st.ready and (target is None or handled < target):
                 seq, kind, value = st.ready.popleft()
                 if seq == st.lo and not st.done:
