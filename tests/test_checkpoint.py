@@ -307,12 +307,21 @@ class HeldUp:
         return [dp[0], list(_rng._local.key)]
 
 
+def keyed(dp):
+    return [dp[0], list(_rng._local.key)]
+
+
 @pytest.mark.parametrize("strict", [True, False])
-def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks, strict):
+@pytest.mark.parametrize("resume_in", ["threads", "processes"])
+def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks, strict,
+                                                                        resume_in):
     n = 20
     func = HeldUp(victim=0)
 
     def build(f):
+        if f is keyed and resume_in == "processes":
+            return D.MultiProcessMapData(numbers(n, shuffle=False), 2, f, strict=strict,
+                                         buffer_size=4)
         return D.MultiThreadMapData(numbers(n, shuffle=False), 3, f, strict=strict,
                                     buffer_size=6)
 
@@ -328,7 +337,7 @@ def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks
     df.close()
 
     D.set_seed(SEED)
-    df2 = build(HeldUp(victim=None))
+    df2 = build(keyed)
     df2.load_state_dict(through_json(state))
     df2.reset_state()
     after = [plain(x) for x in df2]               # the rest of the interrupted pass
