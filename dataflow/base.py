@@ -141,7 +141,8 @@ class DataFlow:
     # -- checkpoint and resume (the module doc says how a dataflow implements them) ----------
     def state_dict(self, *, replay=False):
         """The position of this pipeline, just after the last datapoint it returned (pass number
-        included), as a dict of JSON types: ``{"format", "seed", "fingerprint", "state"}``.
+        included), as a dict of JSON types:
+        ``{"format_version", "seed", "fingerprint", "state"}``.
 
         Raises ``NotImplementedError`` naming the first dataflow that cannot say where it is,
         unless ``replay=True``: such a source then records how many datapoints it returned, and

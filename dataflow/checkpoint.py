@@ -96,21 +96,25 @@ def envelope(df, replay=False):
                 f"record an exact position. Pass replay=True to record how many datapoints it "
                 f"produced instead: load_state_dict() then fast-forwards it by re-iterating, "
                 f"which is exact only if {name} yields the same datapoints every time.")
-    return {"format": STATE_FORMAT, "seed": get_seed(), "fingerprint": fingerprint(df),
-            "state": state}
+    return {"format_version": STATE_FORMAT, "seed": get_seed(),
+            "fingerprint": fingerprint(df), "state": state}
 
 
 def unwrap(df, state):
     """Check the envelope ``state`` against ``df``; return the position inside it."""
     from .rng import get_seed
-    if not isinstance(state, dict) or "format" not in state:
+    if not isinstance(state, dict) or "format_version" not in state \
+            or "fingerprint" not in state or "state" not in state:
         raise ValueError(f"{type(df).__name__}.load_state_dict: not a dataflow state "
-                         f"(a dict from state_dict() with a 'format' key), got "
-                         f"{type(state).__name__}")
-    if state["format"] != STATE_FORMAT:
-        raise ValueError(f"{type(df).__name__}.load_state_dict: unknown state format "
-                         f"{state['format']!r}; this version of dataflow reads format "
-                         f"{STATE_FORMAT}")
+                         f"(a dict from state_dict(), with 'format_version', 'fingerprint' "
+                         f"and 'state'), got {type(state).__name__}")
+    # "format" and "version" are read too, so that a state edited by hand under either name
+    # is refused rather than silently loaded
+    for key in ("format_version", "format", "version"):
+        if key in state and state[key] != STATE_FORMAT:
+            raise ValueError(f"{type(df).__name__}.load_state_dict: unknown state format "
+                             f"version {state[key]!r}; this version of dataflow reads format "
+                             f"version {STATE_FORMAT}")
     diff = _first_difference(state["fingerprint"], fingerprint(df), [])
     if diff is not None:
         raise ValueError(f"{type(df).__name__}.load_state_dict: the state was saved from a "
@@ -219,6 +223,42 @@ def ranges(values):
         else:
             out.append([v, v + 1])
     return out
+
+
+class CountedRunner:
+    """Mixed into the runners (before ``ParallelMapData``): their workers run independent
+    copies of a dataflow and hand over datapoints in the order they finish, so the only
+    position there is is how many datapoints the pass handed over. It is recorded as a replay
+    position (``state_dict()`` raises unless ``replay=True``), and a resume fast-forwards by
+    dropping that many datapoints: exact only with one worker and a deterministic dataflow.
+    The runner's ``__iter__`` returns ``self._replaying(<its iterator>)``."""
+
+    _replay = None
+
+    def _get_position(self):
+        if self._replay is not None:
+            return dict(self._replay)
+        st = self._state
+        npass, pos = (st.npass, st.handled if st.in_pass else 0) if st is not None else (0, 0)
+        return {"pass": npass, "pos": pos, REPLAY: type(self).__name__}
+
+    def _set_position(self, position):
+        self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
+                        REPLAY: type(self).__name__}
+
+    def _replaying(self, it):
+        r, self._replay = self._replay, None
+        return it if r is None else self._fast_forward(it, r)
+
+    def _fast_forward(self, it, r):
+        skip, started = r["pos"], False
+        for dp in it:
+            if not started:               # the pass state exists once the pass has started
+                self._state.npass, started = r["pass"], True
+            if skip:
+                skip -= 1
+                continue
+            yield dp
 
 
 # -- buffers of datapoints, kept as keys --------------------------------------------------------

@@ -842,7 +842,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     Datapoints of ``ds`` (repeated forever internally) enter a FIFO buffer of ``buffer_size``, each
     ``num_reuse`` times; once the buffer is full, every insertion first pops the oldest one,
     which is yielded. The buffer is shuffled after every ``shuffle_interval`` datapoints taken
-    from ``ds`` (default ``buffer_size // 3``). Datapoints of one pass of ``ds`` mix with those of
+    from ``ds`` (default ``buffer_size // 3``), by a permutation that is a pure function of a
+    seed drawn once from ``self.rng`` and of the number of datapoints taken, so that
+    ``state_dict()`` stores no random state. Datapoints of one pass of ``ds`` mix with those of
     the next.
 
     As in tensorpack, the iterator never ends (``len()``, ``len(ds) * num_reuse``, is the size of
@@ -898,12 +900,6 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     def __len__(self):
         return len(self.ds) * self.num_reuse
-
-    def _shuffle_buffer(self, rng):
-        items = list(self.q)
-        rng.shuffle(items)
-        self.q.clear()
-        self.q.extend(items)
 
     def _shuffle_keyed(self, step):
         """Shuffle the buffer (and its keys alike) by a permutation that is a pure function

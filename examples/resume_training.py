@@ -127,8 +127,9 @@ def main():
         logs = [open(os.path.join(d, "consumed.log")).read() for d in (whole, killed)]
         weights = [np.load(os.path.join(d, "weights.npy")) for d in (whole, killed)]
         same = logs[0] == logs[1]
+        verdict = "the same datapoints, in the same order" if same else "DIFFERENT datapoints"
         print(f"datapoints consumed: {len(logs[0].splitlines())} batches; the killed and "
-              f"resumed run consumed {'the same datapoints, in the same order' if same else 'DIFFERENT datapoints'}")
+              f"resumed run consumed {verdict}")
         print(f"weights equal: {bool(np.array_equal(weights[0], weights[1]))}")
         return 0 if same else 1
 

@@ -111,7 +111,7 @@ def some_steps(n):
     return sorted({0, 1, n // 4, n // 2 - 1, n // 2, n // 2 + 1, n - 1, n})
 
 
-# -- guarantee 1: exact resume of ordered pipelines at every step -----------------------------------
+# -- guarantee 1: exact resume of ordered pipelines at every step ---------------------------------
 SERIAL = {
     "list": lambda: numbers(9, shuffle=False),
     "shuffled list": lambda: numbers(9),
@@ -265,7 +265,7 @@ def test_end_of_pass_rule():
     assert first != second
 
 
-# -- guarantee 2: independent of worker count and executor ------------------------------------------
+# -- guarantee 2: independent of worker count and executor ----------------------------------------
 def test_state_moves_between_thread_process_and_serial_maps(no_leaks):
     def build(kind):
         src = D.MapData(numbers(30), noisy)
@@ -290,7 +290,7 @@ def test_state_moves_between_thread_process_and_serial_maps(no_leaks):
             assert got == ref, f"threads -> {target} after {k} batches"
 
 
-# -- guarantee 3: exactly once for unordered maps ---------------------------------------------------
+# -- guarantee 3: exactly once for unordered maps -------------------------------------------------
 class HeldUp:
     """A map function that holds datapoint ``victim`` in its worker until released, and
     records the key (run, index) of every datapoint it maps."""
@@ -353,7 +353,7 @@ def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks
         assert {(0, i) for i in range(n)} <= set(keys), "a datapoint of run 0 was lost"
 
 
-# -- guarantee 4: small -----------------------------------------------------------------------------
+# -- guarantee 4: small ---------------------------------------------------------------------------
 MB = 1 << 20
 
 
@@ -419,7 +419,7 @@ def test_state_of_a_map_is_a_few_ints_whatever_the_position(no_leaks):
     assert max(sizes) < 400 and abs(sizes[0] - sizes[1]) < 20, sizes
 
 
-# -- guarantee 6: survives SIGKILL -----------------------------------------------------------------
+# -- guarantee 6: survives SIGKILL ----------------------------------------------------------------
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     import dataflow as D
@@ -492,7 +492,7 @@ def test_killed_and_restarted_run_consumes_what_an_uninterrupted_run_does(tmp_pa
     assert len((tmp_path / "a.log").read_text().splitlines()) == 60
 
 
-# -- guarantee 7: sources that cannot say where they are --------------------------------------------
+# -- guarantee 7: sources that cannot say where they are ------------------------------------------
 def test_generator_source_needs_replay_and_says_so():
     df = D.MapData(D.DataFromGenerator(lambda: ([k] for k in range(6))), lambda dp: dp)
     df.reset_state()
@@ -557,13 +557,29 @@ def test_unsupported_dataflows_raise_naming_themselves(build):
         df.state_dict()
 
 
-def test_runners_raise_naming_themselves(no_leaks):
-    df = D.MultiThreadRunner(lambda: numbers(4), 2, 2)
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_runners_can_only_be_replayed(no_leaks, kind):
+    """A runner's copies hand over datapoints in the order they finish: state_dict() names it,
+    and with replay=True a resume drops what the pass handed over (exact with one worker)."""
+    def build():
+        if kind == "threads":
+            return D.MultiThreadRunner(lambda: numbers(6, shuffle=False), 3, 1)
+        return D.MultiProcessRunner(numbers(6, shuffle=False), 3, 1)
+
+    df = build()
     df.reset_state()
-    next(iter(df))
-    with pytest.raises(NotImplementedError, match="MultiThreadRunner"):
+    it = iter(df)
+    taken = [next(it)[0] for _ in range(4)]
+    with pytest.raises(NotImplementedError, match=type(df).__name__):
         df.state_dict()
+    state = through_json(df.state_dict(replay=True))
+    rest = [x[0] for x in it]
     df.close()
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    assert taken + [x[0] for x in df2] == taken + rest == list(range(6))
+    df2.close()
 
 
 # -- format and mismatches ------------------------------------------------------------------------
@@ -576,7 +592,7 @@ def state_of(df):
 
 def test_state_is_json_with_format_and_fingerprint():
     state = state_of(D.BatchData(D.MapData(numbers(10), noisy), 2))
-    assert state["format"] == 1 and state["seed"] == SEED
+    assert state["format_version"] == 1 and state["seed"] == SEED
     assert state["fingerprint"]["class"] == "BatchData"
     assert state["fingerprint"]["params"]["batch_size"] == 2
     assert state["fingerprint"]["inputs"][0]["class"] == "MapData"
@@ -597,8 +613,8 @@ def test_fingerprint_mismatch_names_the_first_difference():
 
 def test_unknown_format_and_other_seed_are_refused():
     state = state_of(numbers(5))
-    with pytest.raises(ValueError, match="unknown state format 99"):
-        numbers(5).load_state_dict(dict(state, format=99))
+    with pytest.raises(ValueError, match="unknown state format version 99"):
+        numbers(5).load_state_dict(dict(state, format_version=99))
     with pytest.raises(ValueError, match="not a dataflow state"):
         numbers(5).load_state_dict({"pass": 0})
     D.set_seed(SEED + 1)

@@ -179,10 +179,10 @@ def as_iterable_dataset(df, *, epochs=None):
     * ``close()`` (or ``with``, or garbage collection of the dataset) calls ``df.close()``,
       which stops the workers of ``df`` and of the dataflows it reads from.
     * Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the dataflow has its own
-      workers and batches itself.
+      workers and batches itself. Iterating in a ``DataLoader`` worker process raises
+      ``RuntimeError``; pickling raises ``TypeError``.
     * ``state_dict()`` / ``load_state_dict()`` are the dataflow's (plus the epochs done), so
       torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=0)`` checkpoints and
-      resumes the pipeline exactly (see "Checkpoint and resume" in the README). Iterating in a ``DataLoader`` worker process raises
-      ``RuntimeError``; pickling raises ``TypeError``.
+      resumes the pipeline exactly (see "Checkpoint and resume" in the README).
     """
     return DataFlowIterableDataset(df, epochs)

@@ -3,6 +3,7 @@ its own copy of a dataflow (:class:`OwnCopy`), and :class:`CopiesRunner`, the ba
 whose workers each run their own copy (threads, processes, Ray)."""
 import itertools
 
+from .. import checkpoint as _ckpt
 from .._helpers import dataflow_length, empty_pass_error
 from ..stats import tell_label
 from .mapper import ParallelMapData
@@ -69,7 +70,7 @@ class OwnCopy:
         return OwnDataFlow(self.ds)
 
 
-class CopiesRunner(ParallelMapData):
+class CopiesRunner(_ckpt.CountedRunner, ParallelMapData):
     """Base of the runners whose workers each run their own copy of ``ds`` (shipped to them by
     the executor): the consumer only hands out tickets, ``len(ds)`` per pass when that is known,
     endlessly otherwise, at most ``num_prefetch`` ahead of the consumer."""
@@ -83,12 +84,5 @@ class CopiesRunner(ParallelMapData):
     def _reset_source(self):
         pass                          # each worker resets its own copy
 
-    def _get_position(self):
-        raise NotImplementedError(RUNNER_STATE.format(type(self).__name__))
-
-
-RUNNER_STATE = ("{} does not implement state_dict(): each worker runs its own copy of the "
-                "dataflow and the datapoints arrive in whatever order the workers finish, so "
-                "there is no position to resume from. Put the work in a map instead "
-                "(MapData(..., num_parallel_workers=N) or a strict parallel map), which "
-                "resumes exactly.")
+    def __iter__(self):
+        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner

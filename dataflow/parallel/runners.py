@@ -8,10 +8,11 @@ registry (:func:`~.executors.make_executor`), or makes its threads itself.
 """
 import logging
 
+from .. import checkpoint as _ckpt
 from .. import config
 from .._helpers import available_cpus, check_int, dataflow_length, repeat_forever
 from ..collate import aggregate_batch
-from .copies import RUNNER_STATE, Constant, CopiesRunner, OwnDataFlow, _Tickets
+from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
 from .mapper import ParallelMapData
 from .policy import choose_executor, describe_choice
@@ -93,7 +94,7 @@ class _PlacedMapData(ParallelMapData):
                              start_method=None, max_restarts=self.max_restarts)
 
 
-class MultiThreadRunner(ParallelMapData):
+class MultiThreadRunner(_ckpt.CountedRunner, ParallelMapData):
     """Run ``num_thread`` copies of the dataflow returned by ``get_df()``, one per thread, and
     yield their datapoints in arrival order, at most ``num_prefetch`` ahead of the consumer.
 
@@ -128,8 +129,8 @@ class MultiThreadRunner(ParallelMapData):
             return len(self.get_df())
         return len(self.ds)
 
-    def _get_position(self):
-        raise NotImplementedError(RUNNER_STATE.format(type(self).__name__))
+    def __iter__(self):
+        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner
 
 
 class MultiProcessMapData(ParallelMapData):
