@@ -18,6 +18,8 @@ and resume"). They wrap a *position*, which each dataflow defines with three met
   before that ``__iter__`` returns the stored position.
 * ``_fingerprint_params()`` returns the parameters that change the stream (batch sizes, buffer
   sizes, shuffle flags; not worker counts), checked by ``load_state_dict``.
+* ``_abandon()``, for a dataflow whose next ``__iter__`` does not simply start afresh: see
+  :meth:`DataFlow._abandon`.
 
 What a new dataflow gets without writing them:
 
@@ -96,6 +98,7 @@ def _count_for_replay(cls):
     cls.__iter__ = __iter__
     cls._get_position = _ckpt.replay_state
     cls._set_position = _ckpt.PassPosition._set_position
+    cls._abandon = _ckpt.replay_abandon
     for name in ("_pass", "_pos", "_in_pass", "_resume"):
         if not hasattr(cls, name):
             setattr(cls, name, getattr(_ckpt.PassPosition, name))
@@ -168,6 +171,13 @@ class DataFlow:
     def _fingerprint_params(self):
         return {}
 
+    def _abandon(self):
+        """Called by a dataflow that drops this one's pass unfinished as part of its own
+        semantics (``JoinData`` when another input ends, ``FixedSizeData(keep_state=False)``):
+        take the position the next ``__iter__`` would start from (the next pass), so that a
+        position taken now says so. Dataflows that start the next pass at every ``__iter__``
+        need nothing; proxies pass it on."""
+
     # tensorpack kept these for old code; so do we.
     def get_data(self):
         return self.__iter__()
@@ -208,6 +218,9 @@ class ProxyDataFlow(DataFlow):
 
     def _set_position(self, position):
         self.ds._set_position(position)
+
+    def _abandon(self):
+        self.ds._abandon()
 
 
 def _sources(df):

@@ -350,6 +350,10 @@ class BucketBatchData(ProxyDataFlow):
         self._resume = position
         self.ds._set_position(position["src"])
 
+    def _abandon(self):
+        self._resume = self._at = None
+        self.ds._abandon()
+
     def _fingerprint_params(self):
         return {"boundaries": list(self.buckets.boundaries),
                 "batch_sizes": list(self.buckets.batch_sizes),

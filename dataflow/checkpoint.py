@@ -164,10 +164,19 @@ class PassPosition:
     def _get_position(self):
         if self._resume is not None:
             return dict(self._resume)
-        return {"pass": self._pass, "pos": self._pos}
+        return {"pass": self._pass, "pos": self._pos, "open": self._in_pass}
 
     def _set_position(self, state):
-        self._resume = {"pass": int(state["pass"]), "pos": int(state["pos"])}
+        self._resume = {"pass": int(state["pass"]), "pos": int(state["pos"]),
+                        "open": bool(state.get("open", True))}
+
+    def _abandon(self):
+        r = self._resume
+        if r is not None:
+            self._resume = None
+            self._pass, self._pos, self._in_pass = r["pass"], r["pos"], r["open"]
+        if self._in_pass:
+            PassPosition._end_pass(self)     # (also used by classes that do not inherit it)
 
 
 def replay_counted(df, make_iterator):
@@ -199,6 +208,10 @@ def replay_state(df):
     s = PassPosition._get_position(df)
     s[REPLAY] = type(df).__name__
     return s
+
+
+def replay_abandon(df):
+    PassPosition._abandon(df)
 
 
 replay_state.replay_default = True

@@ -221,6 +221,12 @@ class BatchData(ProxyDataFlow):
         self._resume_tail = bool(position["tail"])
         self.ds._set_position(position["src"])
 
+    def _abandon(self):
+        if self._mapped is not None:
+            return self._mapped._abandon()
+        self._tail = self._resume_tail = False
+        self.ds._abandon()
+
     def _fingerprint_params(self):
         return {"batch_size": self.batch_size, "remainder": bool(self.remainder),
                 "use_list": bool(self.use_list), "per_batch_map": self._mapped is not None}
@@ -287,6 +293,10 @@ class _Batches(DataFlow):
     def _set_position(self, position):
         self.batch_data._resume_tail = bool(position["tail"])
         self.batch_data.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self.batch_data._tail = self.batch_data._resume_tail = False
+        self.batch_data.ds._abandon()
 
 
 class BatchDataByShape(BatchData):
@@ -384,10 +394,8 @@ class FixedSizeData(ProxyDataFlow):
                     self._done = k + 1
                     yield dp
                 self._done = 0
-                if start == self._size and not self._keep:
-                    # a resumed, already complete pass: leave the input's pass as the
-                    # uninterrupted run did (started, so the next one starts afresh)
-                    next(iter(self.ds), None)
+                if not self._keep:
+                    self.ds._abandon()          # the next pass starts a new pass of ds
             finally:
                 if not self._keep:
                     self.itr = None
@@ -400,6 +408,12 @@ class FixedSizeData(ProxyDataFlow):
     def _set_position(self, position):
         self._resume = int(position["done"])
         self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._done = None, 0
+        if not self._keep:
+            self.itr = None
+            self.ds._abandon()
 
     def _fingerprint_params(self):
         return {"size": self._size, "keep_state": bool(self._keep)}
@@ -520,7 +534,16 @@ class MapData(ProxyDataFlow):
         else:
             p, i = self._pass + 1, 0
         return {"pass": p, "run": p, "index": i, "handled": i, "skip": 0, "done": [],
-                "src": self.ds._get_position()}
+                "open": self._open, "src": self.ds._get_position()}
+
+    def _abandon(self):
+        if self._parallel is not None:
+            return self._parallel._abandon()
+        r, self._resume = self._resume, None
+        if r is not None:
+            self._pass = r["run"] - 1 + bool(r.get("open", True))
+        self._open = False
+        self.ds._abandon()
 
     def _set_position(self, position):
         if self._parallel is not None:
@@ -624,6 +647,10 @@ class RepeatedData(ProxyDataFlow):
     def _set_position(self, position):
         self._resume = int(position["rep"])
         self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._rep = None, 0
+        self.ds._abandon()
 
     def _fingerprint_params(self):
         return {"num": self.num}
@@ -769,6 +796,11 @@ class ConcatData(DataFlow):
         for d, p in zip(self.df_lists, position["srcs"]):
             d._set_position(p)
 
+    def _abandon(self):
+        at = self._resume if self._resume is not None else self._at
+        self._resume, self._at = None, 0
+        self.df_lists[at]._abandon()
+
 
 class JoinData(DataFlow):
     """Zip several dataflows and join their datapoints: lists are concatenated
@@ -804,12 +836,22 @@ class JoinData(DataFlow):
         for d, p in zip(self.df_lists, position["srcs"]):
             d._set_position(p)
 
+    def _abandon(self):
+        for d in self.df_lists:
+            d._abandon()
+
     def __iter__(self):
         itrs = [iter(k) for k in self.df_lists]
         while True:
             try:
-                all_dps = [next(itr) for itr in itrs]
+                all_dps = []
+                for itr in itrs:
+                    all_dps.append(next(itr))
             except StopIteration:
+                # the others' passes are dropped unfinished: say so (see DataFlow._abandon)
+                for k, d in enumerate(self.df_lists):
+                    if k != len(all_dps):
+                        d._abandon()
                 return
             if all(isinstance(x, (list, tuple)) for x in all_dps):
                 yield list(itertools.chain.from_iterable(all_dps))

@@ -94,6 +94,7 @@ class FakeData(RNGDataFlow):
     # its draws continue one random stream: it can only be replayed
     _get_position = _ckpt.replay_state
     _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
     _pass = _pos = 0
     _in_pass = False
     _resume = None
@@ -127,6 +128,7 @@ class DataFromQueue(DataFlow):
     # a queue cannot be read again: it can only be replayed
     _get_position = _ckpt.replay_state
     _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
     _pass = _pos = 0
     _in_pass = False
     _resume = None
@@ -233,6 +235,7 @@ class DataFromGenerator(DataFlow):
     # a generator cannot say where it is: it can only be replayed
     _get_position = _ckpt.replay_state
     _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
     _pass = _pos = 0
     _in_pass = False
     _resume = None
@@ -280,6 +283,7 @@ class DataFromIterable(DataFlow):
     # a re-iterable object is replayed: its position is the count of datapoints returned
     _get_position = _ckpt.replay_state
     _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
     _pass = _pos = 0
     _in_pass = False
     _resume = None

@@ -494,6 +494,7 @@ class ParallelMapData(ProxyDataFlow):
                 raise self._trackable()
             return {"pass": npass, "run": run, "index": 0, "skip": 0, "done": [],
                     "handled": 0 if st is None or strict else st.handled,
+                    "open": False if st is None or strict else st.in_pass,
                     "src": self.ds._get_position()}
         lo = st.lo
         mark = st.marks[0]
@@ -505,11 +506,36 @@ class ParallelMapData(ProxyDataFlow):
         skip = lo - seq0
         return {"pass": st.run if strict else st.npass, "run": run, "index": index0 + skip,
                 "skip": skip, "done": _ckpt.ranges(s - lo for s in st.done),
-                "handled": index0 + skip if strict else st.handled, "src": src}
+                "handled": index0 + skip if strict else st.handled, "open": st.in_pass,
+                "src": src}
 
     def _set_position(self, position):
         self._resume = position
         self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        """A strict pass dropped unfinished: the next starts the next run of the source; a
+        non-strict one: the next pass begins, with what is in flight carried over."""
+        r = self._resume
+        if r is not None:
+            if r.get("open", True):
+                if self.strict:
+                    self._resume = dict(r, run=r["run"] + 1, index=0, skip=0, done=[],
+                                        open=False)
+                    self._resume["pass"] = self._resume["run"]
+                    self.ds._abandon()
+                else:
+                    self._resume = dict(r, handled=0, open=False)
+                    self._resume["pass"] = r["pass"] + 1
+            return
+        st = self._state
+        if st is None or not st.in_pass:
+            return
+        st.in_pass = False
+        if self.strict:
+            self.ds._abandon()
+        else:
+            st.npass, st.handled = st.npass + 1, 0
 
     def _fingerprint_name(self):
         # an ordered strict map yields what MapData does, whatever the executor
