@@ -946,12 +946,12 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     def _shuffle_keyed(self, step):
         """Shuffle the buffer (and its keys alike) by a permutation that is a pure function
         of the base seed and the step, so that no random state needs saving."""
-        perm = _ckpt.keyed_generator(self._base, step).permutation(len(self.q))
+        perm = _ckpt.keyed_generator(self._base, step).permutation(len(self.q)).tolist()
         items, keys = list(self.q), list(self._keys)
         self.q.clear()
-        self.q.extend(items[k] for k in perm)
+        self.q.extend([items[k] for k in perm])
         self._keys.clear()
-        self._keys.extend(keys[k] for k in perm)
+        self._keys.extend([keys[k] for k in perm])
 
     def __iter__(self):
         with _guard_of(self):
@@ -962,37 +962,46 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             if self._inf_iter is None:
                 self._inf_iter = iter(self._inf_ds)
             q, keys, src_at, refs = self.q, self._keys, self._src_at, self._refs
-            full = q.maxlen
+            full, num_reuse, interval = q.maxlen, self.num_reuse, self.shuffle_interval
+            if self._track is None:
+                self._track = _trackable(self._inf_ds)
+            position = self._inf_ds._get_position if self._track is True else _no_position
+            inf = self._inf_iter
             while True:
-                if self._reuse < self.num_reuse:      # a resumed datapoint, not yet all in
+                reuse = self._reuse
+                if reuse < num_reuse:            # a resumed datapoint, not yet all in
                     dp, step = self._current, self._iter_cnt - 1
                 else:
-                    if self._track is None:
-                        self._track = _trackable(self._inf_ds)
-                    at = self._inf_ds._get_position() if self._track is True else None
-                    dp = next(self._inf_iter)
+                    at = position()              # where ds is: this datapoint's key
+                    dp = next(inf)
                     step = self._iter_cnt
                     self._iter_cnt = step + 1
                     src_at[step] = at
-                    if self._iter_cnt % self.shuffle_interval == 0:
+                    if (step + 1) % interval == 0:
                         self._shuffle_keyed(step)
-                    self._current, self._reuse = dp, 0
-                while self._reuse < self.num_reuse:
+                    self._current, reuse = dp, 0
+                while reuse < num_reuse:
                     # pop, append, then yield: an iteration closed at the yield loses nothing
+                    reuse += 1
+                    self._reuse = reuse
                     if len(q) == full:
                         out, gone = q.popleft(), keys.popleft()
-                        refs[gone] -= 1
-                        if not refs[gone]:
-                            del refs[gone]
+                        q.append(dp)
+                        keys.append(step)
+                        if num_reuse == 1:
                             del src_at[gone]
-                    else:
-                        out = _EMPTY
-                    q.append(dp)
-                    keys.append(step)
-                    refs[step] += 1
-                    self._reuse += 1
-                    if out is not _EMPTY:
+                        else:                    # a step is in the buffer up to num_reuse times
+                            refs[step] += 1
+                            refs[gone] -= 1
+                            if not refs[gone]:
+                                del refs[gone]
+                                del src_at[gone]
                         yield out
+                    else:
+                        q.append(dp)
+                        keys.append(step)
+                        if num_reuse > 1:
+                            refs[step] += 1
 
     # Position: the step (datapoints taken from ds since reset_state), the steps of the
     # buffered datapoints in buffer order and, once per step, the position of ds it was read
@@ -1032,6 +1041,10 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     def _fingerprint_params(self):
         return {"buffer_size": self.q.maxlen, "num_reuse": self.num_reuse,
                 "shuffle_interval": self.shuffle_interval}
+
+
+def _no_position():
+    return None
 
 
 def _trackable(df):
