@@ -698,3 +698,41 @@ def test_load_into_a_running_pipeline(no_leaks, strict, ordered):
     assert sorted(x[0] for x in got) == list(range(20))
     if ordered:
         assert [x[0] for x in got] == list(range(20))
+
+
+class Calls:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, dp):
+        self.n += 1
+        return dp
+
+
+@pytest.mark.parametrize("k", [3, 350])
+def test_resuming_a_parallel_map_reads_a_bounded_stretch_of_its_source(no_leaks, k):
+    """Resume cost does not grow with the position: the source is repositioned by its
+    position (a seek), then at most one chunk (64) is read again to reach the first datapoint
+    not handed over, and the map refills its buffer."""
+    calls = Calls()
+
+    def build():
+        return D.MultiThreadMapData(D.MapData(numbers(400), calls), 2, noisy, strict=True,
+                                    ordered=True, buffer_size=8)
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    taken = [plain(next(it)) for _ in range(k)]
+    state = through_json(df.state_dict())
+    expected = plain(next(it))
+    df.close()
+    D.set_seed(SEED)
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    calls.n = 0
+    assert plain(next(iter(df2))) == expected
+    assert calls.n <= 64 + 8 + 1, calls.n
+    df2.close()
+    assert len(taken) == k
