@@ -669,17 +669,96 @@ class RepeatedDataPoint(ProxyDataFlow):
     def __len__(self):
         return len(self.ds) * self.num
 
+    # Position: the repeats given of the current datapoint, the input's position before it
+    # (its key, to read it again on resume) and now.
+    _rep = 0
+    _key = None
+    _resume = None
+
     def __iter__(self):
-        for dp in self.ds:
-            for _ in range(self.num):
+        r, self._resume = self._resume, None
+        return self._one_pass(r)
+
+    def _one_pass(self, r):
+        track = _trackable(self.ds)
+        if r is not None and 0 < r["rep"] < self.num:       # resumed between two repeats
+            dp = _ckpt.refill(self.ds, [(0, r["key"])], r["src"])[0]
+            self._key = r["key"]
+            for j in range(r["rep"], self.num):
+                self._rep = j + 1
                 yield dp
+        it = iter(self.ds)
+        while True:
+            key = self.ds._get_position() if track is True else None
+            dp = next(it, _EMPTY)
+            if dp is _EMPTY:
+                break
+            self._key = key
+            for j in range(self.num):
+                self._rep = j + 1
+                yield dp
+        self._rep = 0
 
     def _get_position(self):
-        raise NotImplementedError("RepeatedDataPoint does not implement state_dict() "
-                                  "(a position between two repeats holds a datapoint)")
+        if self._resume is not None:
+            return self._resume
+        rep = self._rep if self._rep < self.num else 0
+        return {"rep": rep, "key": self._key if rep else None, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._rep = None, 0
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"num": self.num}
 
 
-class RandomChooseData(RNGDataFlow):
+class _MixPosition(_ckpt.PassPosition):
+    """The position of a random mix of dataflows: the pass and datapoints returned in it (the
+    choices are drawn from streams keyed by a base seed and the pass), and each input's."""
+
+    _base = None
+
+    def _base_seed(self):
+        if self._base is None:
+            self._base = int(_require_rng(self).randint(2**31))
+        return self._base
+
+    def _reset_mix(self):
+        self._reset_position()
+        if self._resume is None:
+            self._base = None
+
+    def _inputs(self):
+        return [d[0] if isinstance(d, (tuple, list)) else d for d in self.df_lists]
+
+    def _get_position(self):
+        s = _ckpt.PassPosition._get_position(self)
+        s.setdefault("base", self._base_seed())
+        s.setdefault("srcs", [d._get_position() for d in self._inputs()])
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        self._resume.update(base=int(position["base"]), srcs=position["srcs"])
+        self._base = int(position["base"])
+        for d, p in zip(self._inputs(), position["srcs"]):
+            d._set_position(p)
+
+    def _abandon(self):
+        _ckpt.PassPosition._abandon(self)
+        for d in self._inputs():
+            d._abandon()
+
+
+_CHOICES = 1024     # RandomChooseData draws its choices in blocks of this many
+
+
+class RandomChooseData(_MixPosition, RNGDataFlow):
     """For every datapoint, pick one of several dataflows at random and take its next datapoint;
     stop as soon as the picked dataflow is exhausted.
 
@@ -704,27 +783,43 @@ class RandomChooseData(RNGDataFlow):
 
     def reset_state(self):
         super().reset_state()
+        self._reset_mix()
         for d, _ in self.df_lists:
             d.reset_state()
 
-    def _get_position(self):
-        raise NotImplementedError("RandomChooseData does not implement state_dict()")
-
     def __iter__(self):
-        rng = _require_rng(self)
-        itrs = [iter(d) for d, _ in self.df_lists]
-        probs = np.array([p for _, p in self.df_lists], dtype="float64")
+        p, start = self._begin_pass()
+        return self._one_pass(p, start, [iter(d) for d, _ in self.df_lists])
+
+    def _fingerprint_params(self):
+        return {"probabilities": [float(q) for _, q in self.df_lists]}
+
+    def _one_pass(self, p, t, itrs):
+        # choice number t of pass p: block t // _CHOICES of a stream keyed by (base, p, block)
+        base = self._base_seed()
+        probs = np.array([q for _, q in self.df_lists], dtype="float64")
         probs /= probs.sum()
+        block, choices = -1, None
         while True:
-            k = rng.choice(len(itrs), p=probs)
+            if t // _CHOICES != block:
+                block = t // _CHOICES
+                choices = _ckpt.keyed_generator(base, p, block).choice(
+                    len(itrs), size=_CHOICES, p=probs).tolist()
+            k = choices[t % _CHOICES]
             try:
                 dp = next(itrs[k])
             except StopIteration:
+                for j, d in enumerate(self._inputs()):
+                    if j != k:
+                        d._abandon()          # dropped mid-pass (see DataFlow._abandon)
+                self._end_pass()
                 return
+            t += 1
+            self._pos = t
             yield dp
 
 
-class RandomMixData(RNGDataFlow):
+class RandomMixData(_MixPosition, RNGDataFlow):
     """Randomly interleave several dataflows, using their lengths: every pass yields all
     ``sum(len(df))`` datapoints, each dataflow's in its own order, at uniformly random positions.
 
@@ -739,29 +834,37 @@ class RandomMixData(RNGDataFlow):
 
     def reset_state(self):
         super().reset_state()
+        self._reset_mix()
         for d in self.df_lists:
             d.reset_state()
 
     def __len__(self):
         return sum(self.sizes)
 
-    def _get_position(self):
-        raise NotImplementedError("RandomMixData does not implement state_dict()")
-
     def __iter__(self):
-        rng = _require_rng(self)
+        p, start = self._begin_pass()
+        return self._one_pass(p, start, [iter(k) for k in self.df_lists])
+
+    def _fingerprint_params(self):
+        return {"sizes": list(self.sizes)}
+
+    def _one_pass(self, p, start, itrs):
+        # the interleaving of pass p is a permutation keyed by (base, p)
         sums = np.cumsum(self.sizes)
-        idxs = np.arange(len(self))
-        rng.shuffle(idxs)
-        which = np.searchsorted(sums, idxs, side="right")
-        itrs = [iter(k) for k in self.df_lists]
-        for k in which:
+        idxs = _ckpt.keyed_permutation(self._base_seed(), p, len(self))
+        which = np.searchsorted(sums, idxs, side="right").tolist()
+        for t in range(start, len(which)):
+            k = which[t]
             try:
                 dp = next(itrs[k])
             except StopIteration:
                 raise ValueError(f"RandomMixData: dataflow {k} produced fewer datapoints than "
                                  f"its len() = {self.sizes[k]}") from None
+            self._pos = t + 1
             yield dp
+        for d in self.df_lists:
+            d._abandon()       # each is at its end, its StopIteration not asked for
+        self._end_pass()
 
 
 class ConcatData(DataFlow):

@@ -1,6 +1,7 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -274,14 +275,28 @@ class DataFromIterable(DataFlow):
         return self._len
 
     def __iter__(self):
+        if isinstance(self._itr, Sequence):      # indexable: resumes exactly, by index
+            p, start = _ckpt.PassPosition._begin_pass(self)
+            return self._from(start)
         return _ckpt.replay_counted(self, self._one_pass)
+
+    def _from(self, start):
+        seq = self._itr
+        for k in range(start, len(seq)):
+            self._pos = k + 1
+            yield seq[k]
+        _ckpt.PassPosition._end_pass(self)
 
     def _one_pass(self):
         for dp in self._itr:  # not ``yield from``: closing a pass must not close the iterable
             yield dp
 
-    # a re-iterable object is replayed: its position is the count of datapoints returned
-    _get_position = _ckpt.replay_state
+    # another re-iterable object is replayed: its position is the count of datapoints returned
+    def _get_position(self):
+        if isinstance(self._itr, Sequence):
+            return _ckpt.PassPosition._get_position(self)
+        return _ckpt.replay_state(self)
+
     _set_position = _ckpt.PassPosition._set_position
     _abandon = _ckpt.PassPosition._abandon
     _pass = _pos = 0

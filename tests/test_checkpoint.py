@@ -144,6 +144,11 @@ SERIAL = {
     "composed": lambda: D.BatchData(D.RepeatedData(D.MapData(numbers(7), noisy), 2), 4,
                                     remainder=True),
     "select component": lambda: D.SelectComponent(D.MapData(numbers(6), noisy), [1, 0]),
+    "random mix": lambda: D.RandomMixData([numbers(4), D.MapData(numbers(3), noisy)]),
+    "random choose": lambda: D.RandomChooseData([(numbers(5), 0.3),
+                                                 (D.BatchData(numbers(9), 2), 0.7)]),
+    "repeated datapoint": lambda: D.RepeatedDataPoint(D.MapData(numbers(4), noisy), 3),
+    "iterable (a list)": lambda: D.DataFromIterable([[k] for k in range(5)]),
 }
 
 
@@ -551,8 +556,7 @@ def test_proxy_subclass_without_state_inherits_its_input_position():
 
 @pytest.mark.parametrize("build", [
     lambda: D.CacheData(numbers(4)),
-    lambda: D.RepeatedDataPoint(numbers(4), 2),
-    lambda: D.RandomMixData([numbers(2), numbers(3)]),
+    lambda: D.BatchDataByShape(D.DataFromList([[np.zeros(k % 2)] for k in range(6)]), 2, 0),
 ])
 def test_unsupported_dataflows_raise_naming_themselves(build):
     df = build()
