@@ -740,3 +740,30 @@ def test_resuming_a_parallel_map_reads_a_bounded_stretch_of_its_source(no_leaks,
     assert calls.n <= 64 + 8 + 1, calls.n
     df2.close()
     assert len(taken) == k
+
+
+@pytest.mark.parametrize("k", [0, 3, 5])
+def test_map_and_batch_delivers_each_group_once_across_a_checkpoint(no_leaks, k):
+    """MultiProcessMapAndBatchData (non-strict, unordered): no group twice across the
+    checkpoint, and none lost beyond those still in its buffer."""
+    def build():
+        return D.MultiProcessMapAndBatchData(numbers(24, shuffle=False), 2, keyed, 4)
+
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    before = [next(it) for _ in range(k)]
+    state = through_json(df.state_dict())
+    df.close()
+    D.set_seed(SEED)
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    after = [b for _ in range(3) for b in df2]
+    buffered = df2.buffer_size
+    df2.close()
+    keys = [tuple(np.asarray(b[1][0]).tolist()) for b in before + after]
+    assert len(keys) == len(set(keys)), "a group was delivered twice"
+    missing = {(0, i) for i in range(len(keys))} - set(keys)
+    assert len(missing) <= buffered, (missing, keys)

@@ -6,6 +6,7 @@ dataflow (:class:`MultiThreadRunner`, :class:`MultiProcessRunner`) and
 Their rules are :class:`~.mapper.ParallelMapData`'s; each starts its executor through the
 registry (:func:`~.executors.make_executor`), or makes its threads itself.
 """
+import itertools
 import logging
 
 from .. import checkpoint as _ckpt
@@ -221,13 +222,38 @@ class _Groups:
     def __len__(self):
         return len(self.ds) // self.batch_size
 
+    _resumed = False
+
     def __iter__(self):
+        if not self._resumed:
+            return self._groups(repeat_forever(self.ds, "MultiProcessMapAndBatchData"))
+        # resumed: the first pass of ds may have nothing left (see checkpoint)
+        self._resumed = False
+        return self._groups(itertools.chain(self.ds, repeat_forever(
+            self.ds, "MultiProcessMapAndBatchData")))
+
+    def _groups(self, datapoints):
         group = []
-        for dp in repeat_forever(self.ds, "MultiProcessMapAndBatchData"):
+        for dp in datapoints:
             group.append(dp)
             if len(group) == self.batch_size:
                 yield group
                 group = []
+
+    # Between two groups nothing is held: the position is that of ds (the mapper records it
+    # between chunks, which are made of whole groups).
+    def _get_position(self):
+        return self.ds._get_position()
+
+    def _set_position(self, position):
+        self.ds._set_position(position)
+        self._resumed = True
+
+    def _abandon(self):
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size}
 
 
 class _MapAndBatch:
