@@ -313,6 +313,18 @@ def refill(source, keys, resume_at):
 
 
 # -- keyed random streams -----------------------------------------------------------------------
+def base_seed(df):
+    """``df._base``, the seed of ``df``'s keyed streams, drawn once from ``df.rng``; ``None``
+    while ``df`` has no random state yet (before ``reset_state``), in which case a position
+    leaves it out and the resumed dataflow draws it from its own ``rng``, as this one will."""
+    if df._base is None and df.rng is not None:
+        df._base = int(df.rng.randint(2**31))
+    return df._base
+
+
+def optional_int(value):
+    return None if value is None else int(value)
+
 def keyed_generator(base, *key):
     """A ``numpy.random.Generator`` that is a pure function of ``base`` and ``key``."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(base, spawn_key=key)))

@@ -738,14 +738,14 @@ class _MixPosition(_ckpt.PassPosition):
 
     def _get_position(self):
         s = _ckpt.PassPosition._get_position(self)
-        s.setdefault("base", self._base_seed())
+        s.setdefault("base", _ckpt.base_seed(self))
         s.setdefault("srcs", [d._get_position() for d in self._inputs()])
         return s
 
     def _set_position(self, position):
         _ckpt.PassPosition._set_position(self, position)
-        self._resume.update(base=int(position["base"]), srcs=position["srcs"])
-        self._base = int(position["base"])
+        self._base = _ckpt.optional_int(position["base"])
+        self._resume.update(base=self._base, srcs=position["srcs"])
         for d, p in zip(self._inputs(), position["srcs"]):
             d._set_position(p)
 
@@ -1114,17 +1114,15 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             return self._resume
         if self._track is not None and self._track is not True:
             raise self._track
-        if self._base is None:
-            self._base = int(_require_rng(self).randint(2**31))
         keys = self._keys
-        return {"base": self._base, "step": self._iter_cnt, "reuse": self._reuse,
+        return {"base": _ckpt.base_seed(self), "step": self._iter_cnt, "reuse": self._reuse,
                 "buffer": list(keys),
                 "keys": [[k, self._src_at[k]] for k in sorted(set(keys))],
                 "src": self._inf_ds._get_position()}
 
     def _set_position(self, position):
         self._resume = position
-        self._base = int(position["base"])
+        self._base = _ckpt.optional_int(position["base"])
         self._inf_ds._set_position(position["src"])
 
     def _restore(self):

@@ -189,14 +189,12 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
     def _get_position(self):
         s = _ckpt.PassPosition._get_position(self)
         if self.shuffle:
-            if self._base is None:
-                self._base = int(_require_rng(self).randint(2**31))
-            s.setdefault("base", self._base)
+            s.setdefault("base", _ckpt.base_seed(self))
         return s
 
     def _set_position(self, position):
         _ckpt.PassPosition._set_position(self, position)
-        if "base" in position:
+        if position.get("base") is not None:
             self._base = int(position["base"])
 
     def _fingerprint_params(self):

@@ -767,3 +767,19 @@ def test_map_and_batch_delivers_each_group_once_across_a_checkpoint(no_leaks, k)
     assert len(keys) == len(set(keys)), "a group was delivered twice"
     missing = {(0, i) for i in range(len(keys))} - set(keys)
     assert len(missing) <= buffered, (missing, keys)
+
+
+def test_state_of_a_pipeline_not_reset_yet_is_its_start():
+    def build():
+        return D.BatchData(D.LocallyShuffleData(D.RandomMixData(
+            [numbers(5), D.MapData(numbers(4), noisy)]), 3), 2)
+    D.set_seed(SEED)
+    df = build()
+    state = through_json(df.state_dict())       # before reset_state: no random state yet
+    df.reset_state()
+    ref = [plain(x) for x in itertools.islice(iter(df), 12)]
+    D.set_seed(SEED)
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    assert [plain(x) for x in itertools.islice(iter(df2), 12)] == ref
