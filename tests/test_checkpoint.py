@@ -354,6 +354,12 @@ def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks
     after = [plain(x) for x in df2]               # the rest of the interrupted pass
     if not strict:
         after += [plain(x) for x in df2]          # and one more pass of an endless map
+        keys = {tuple(x[1]) for x in before + after}
+        # Results of run 0 may still be in a worker that started late (a process under load):
+        # they come in a later pass, as in any non-strict run. Take passes until they do.
+        later = []
+        while {(0, i) for i in range(n)} - keys - set(later) and len(later) < 500 * n:
+            later += [tuple(plain(x)[1]) for x in df2]
     df2.close()
     keys = [tuple(x[1]) for x in before + after]
     assert len(keys) == len(set(keys)), "a datapoint was delivered twice"
@@ -361,7 +367,9 @@ def test_unordered_map_delivers_each_datapoint_once_across_a_checkpoint(no_leaks
         assert sorted(x[0] for x in before + after) == list(range(n))
     else:
         assert len(keys) == 2 * n
-        assert {(0, i) for i in range(n)} <= set(keys), "a datapoint of run 0 was lost"
+        missing = {(0, i) for i in range(n)} - set(keys)
+        assert missing <= set(later), "a datapoint of run 0 was lost"
+        assert not set(keys) & set(later), "a datapoint was delivered twice"
 
 
 # -- guarantee 4: small ---------------------------------------------------------------------------
@@ -772,7 +780,7 @@ def test_map_and_batch_delivers_each_group_once_across_a_checkpoint(no_leaks, k)
 def test_state_of_a_pipeline_not_reset_yet_is_its_start():
     def build():
         return D.BatchData(D.LocallyShuffleData(D.RandomMixData(
-            [numbers(5), D.MapData(numbers(4), noisy)]), 3), 2)
+            [D.MapData(numbers(5), noisy), D.MapData(numbers(4), noisy)]), 3), 2)
     D.set_seed(SEED)
     df = build()
     state = through_json(df.state_dict())       # before reset_state: no random state yet
