@@ -155,6 +155,7 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         self.shuffle = shuffle
 
     _base = None               # the seed of the permutations, drawn from self.rng
+    _perm = None               # ((base, pass, length), the permutation of that pass)
 
     def __len__(self):
         return len(self.lst)
@@ -180,7 +181,10 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         else:
             if self._base is None:
                 self._base = int(_require_rng(self).randint(2**31))
-            idxs = _ckpt.keyed_permutation(self._base, p, len(lst))
+            key = (self._base, p, len(lst))
+            if self._perm is None or self._perm[0] != key:   # kept: a resume seeks often
+                self._perm = (key, _ckpt.keyed_permutation(self._base, p, len(lst)))
+            idxs = self._perm[1]
             for k in range(start, len(lst)):
                 self._pos = k + 1
                 yield lst[idxs[k]]
