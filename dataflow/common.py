@@ -1182,29 +1182,102 @@ class CacheData(ProxyDataFlow):
             self.rng = _rng.get_rng(self)
         self.buffer = []
         self._complete = False
+        self._pass, self._pos, self._filling = 0, 0, False
+        if self._resume is None:
+            self._base = None
 
-    def _get_position(self):
-        raise NotImplementedError("CacheData does not implement state_dict() (its cache holds "
-                                  "datapoints)")
+    # Position: whether the cache is complete, the input's position when the cache started to
+    # fill (a resume reads the cached datapoints again from there), this dataflow's pass and
+    # the datapoints returned in it; passes from the cache are shuffled by a permutation keyed
+    # by (base seed, pass).
+    _pass = 0
+    _pos = 0
+    _start = None              # ds's position when the filling pass began
+    _filling = False
+    _resume = None
+    _base = None
 
     def __iter__(self):
-        if self._complete:
-            if self.shuffle:
-                if self.rng is None:
-                    raise RuntimeError("CacheData: call reset_state() before iterating")
-                buf = list(self.buffer)
-                self.rng.shuffle(buf)
-            else:
-                buf = self.buffer
-            yield from buf
-            return
+        r, self._resume = self._resume, None
+        if r is not None:
+            self._pass, self._start = r["pass"], r["start"]
+            if r["filled"]:
+                self._refill_complete()
+            elif r["pos"]:
+                return self._fill(self._refilled_part(r["pos"]), r["pos"])
+            return self._serve(r["pos"]) if r["filled"] else self._fill(None, 0)
+        if self._filling or (self._complete and self._pos):
+            self._pass += 1            # the previous pass was abandoned
+        return self._serve(0) if self._complete else self._fill(None, 0)
+
+    def _serve(self, start):
+        if self.shuffle:
+            if self.rng is None:
+                raise RuntimeError("CacheData: call reset_state() before iterating")
+            order = _ckpt.keyed_permutation(_ckpt.base_seed(self), self._pass,
+                                            len(self.buffer)).tolist()
+        else:
+            order = range(len(self.buffer))
+        buf = self.buffer
+        self._pos = start
+        for k in range(start, len(buf)):
+            self._pos = k + 1
+            yield buf[order[k]]
+        self._pass, self._pos = self._pass + 1, 0
+
+    def _fill(self, it, start):
         with _guard_of(self):
-            filling = []
-            for dp in self.ds:
+            if it is None:
+                self._start = self.ds._get_position() if _trackable(self.ds) is True else None
+                it = iter(self.ds)
+            filling = self._partial if start else []
+            self._filling, self._pos = True, start
+            for dp in it:
                 filling.append(dp)
+                self._pos = len(filling)
                 yield dp
-            self.buffer = filling
-            self._complete = True
+            self.buffer, self._complete, self._filling = filling, True, False
+            self._pass, self._pos = self._pass + 1, 0
+
+    def _refilled_part(self, n):
+        """The input's iterator, after reading again the first ``n`` datapoints of the filling
+        pass (kept in ``self._partial``)."""
+        self.ds._set_position(self._start)
+        it = iter(self.ds)
+        self._partial = [dp for _, dp in zip(range(n), it)]
+        return it
+
+    def _refill_complete(self):
+        self.ds._set_position(self._start)
+        self.buffer, self._complete = list(self.ds), True
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        if self._filling or self._complete:
+            if self._start is None:
+                raise NotImplementedError(f"CacheData: its input ({type(self.ds).__name__}) "
+                                          "cannot say where it is")
+        return {"filled": self._complete, "start": self._start, "pass": self._pass,
+                "pos": self._pos if (self._filling or self._complete) else 0,
+                "base": _ckpt.base_seed(self) if self.shuffle else None}
+
+    def _set_position(self, position):
+        self._resume = position
+        if position.get("base") is not None:
+            self._base = int(position["base"])
+
+    def _abandon(self):
+        self._resume = None
+        if self._filling:
+            self._filling, self._pos = False, 0
+            self._pass += 1
+            self.ds._abandon()
+        elif self._complete and self._pos:
+            self._pass, self._pos = self._pass + 1, 0
+
+    def _fingerprint_params(self):
+        return {"shuffle": bool(self.shuffle)}
 
 
 class PrintData(ProxyDataFlow):

@@ -149,6 +149,9 @@ SERIAL = {
                                                  (D.BatchData(numbers(9), 2), 0.7)]),
     "repeated datapoint": lambda: D.RepeatedDataPoint(D.MapData(numbers(4), noisy), 3),
     "iterable (a list)": lambda: D.DataFromIterable([[k] for k in range(5)]),
+    "cache": lambda: D.CacheData(D.MapData(numbers(5), noisy)),
+    "cache, shuffled": lambda: D.BatchData(D.CacheData(D.MapData(numbers(7), noisy),
+                                                       shuffle=True), 2, remainder=True),
 }
 
 
@@ -563,7 +566,6 @@ def test_proxy_subclass_without_state_inherits_its_input_position():
 
 
 @pytest.mark.parametrize("build", [
-    lambda: D.CacheData(numbers(4)),
     lambda: D.BatchDataByShape(D.DataFromList([[np.zeros(k % 2)] for k in range(6)]), 2, 0),
 ])
 def test_unsupported_dataflows_raise_naming_themselves(build):
