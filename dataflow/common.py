@@ -324,19 +324,68 @@ class BatchDataByShape(BatchData):
         super().reset_state()
         self.holder = defaultdict(list)
         self._guard = DataFlowReentrantGuard()
+        self._held_keys, self._step = defaultdict(list), 0
 
-    def _get_position(self):
-        raise NotImplementedError("BatchDataByShape does not implement state_dict(): its "
-                                  "buffers persist across passes")
+    # Position: the input's position now and, for every held datapoint (buffers persist
+    # across passes), its step (datapoints taken since reset_state) and the input's position
+    # before it: a resume reads exactly those again (dataflow.checkpoint.refill).
+    _resume = None
+    _step = 0
+    _held_keys = None          # shape -> [(step, input position before it)], as holder
 
     def __iter__(self):
         with _guard_of(self):
-            for dp in self.ds:
-                holder = self.holder[np.shape(dp[self.idx])]
+            if self._held_keys is None:
+                self._held_keys = defaultdict(list)
+            if self._resume is not None:
+                self._restore()
+            track = _trackable(self.ds)
+            it = iter(self.ds)
+            while True:
+                key = self.ds._get_position() if track is True else None
+                dp = next(it, _EMPTY)
+                if dp is _EMPTY:
+                    return
+                shape = np.shape(dp[self.idx])
+                holder, keys = self.holder[shape], self._held_keys[shape]
                 holder.append(dp)
+                keys.append((self._step, key))
+                self._step += 1
                 if len(holder) == self.batch_size:
-                    yield BatchData.aggregate_batch(holder)
+                    batch = BatchData.aggregate_batch(holder)
                     del holder[:]
+                    del keys[:]
+                    yield batch
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        held = [[step, key] for keys in (self._held_keys or {}).values() for step, key in keys]
+        if any(key is None for _, key in held):
+            raise _trackable(self.ds)
+        return {"step": self._step, "held": sorted(held, key=lambda k: k[0]),
+                "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _restore(self):
+        r, self._resume = self._resume, None
+        got = _ckpt.refill(self.ds, [tuple(k) for k in r["held"]], r["src"])
+        self.holder, self._held_keys = defaultdict(list), defaultdict(list)
+        for step, key in r["held"]:              # in arrival order, as they were held
+            dp = got[step]
+            shape = np.shape(dp[self.idx])
+            self.holder[shape].append(dp)
+            self._held_keys[shape].append((step, key))
+        self._step = r["step"]
+
+    def _abandon(self):
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size, "idx": self.idx}
 
 
 class FixedSizeData(ProxyDataFlow):
