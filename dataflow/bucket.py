@@ -291,7 +291,9 @@ class BucketBatchData(ProxyDataFlow):
         at = self._at = {"index": 0, "flush": None, "held": [[] for _ in range(nb)],
                          "keys": {}, "track": None}
         held = [[] for _ in range(nb)]
-        if r is not None:
+        if r is None:
+            self.ds._abandon()          # a new pass of ds (see DataFlow._abandon)
+        else:
             got = _ckpt.refill(self.ds, [tuple(k) for k in r["keys"]], r["src"])
             at["index"], at["flush"] = r["index"], r["flush"]
             at["held"] = [list(h) for h in r["held"]]

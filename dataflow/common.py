@@ -209,6 +209,7 @@ class BatchData(ProxyDataFlow):
     # per_batch_map, the position of that map.
     _tail = False
     _resume_tail = False
+    _resuming = False
 
     def _get_position(self):
         if self._mapped is not None:
@@ -218,13 +219,13 @@ class BatchData(ProxyDataFlow):
     def _set_position(self, position):
         if self._mapped is not None:
             return self._mapped._set_position(position)
-        self._resume_tail = bool(position["tail"])
+        self._resume_tail, self._resuming = bool(position["tail"]), True
         self.ds._set_position(position["src"])
 
     def _abandon(self):
         if self._mapped is not None:
             return self._mapped._abandon()
-        self._tail = self._resume_tail = False
+        self._tail = self._resume_tail = self._resuming = False
         self.ds._abandon()
 
     def _fingerprint_params(self):
@@ -244,9 +245,12 @@ class BatchData(ProxyDataFlow):
         return self._batches()
 
     def _batches(self):
+        resuming, self._resuming = self._resuming, False
         if self._resume_tail:          # resumed after the last batch of a pass: it is over
             self._resume_tail = False
             return iter(())
+        if not resuming:
+            self.ds._abandon()         # a new pass of ds (see DataFlow._abandon)
         # the input's pass begins at iter() (see checkpoint.PassPosition)
         return self._batches_of(iter(self.ds))
 
@@ -292,6 +296,7 @@ class _Batches(DataFlow):
 
     def _set_position(self, position):
         self.batch_data._resume_tail = bool(position["tail"])
+        self.batch_data._resuming = True
         self.batch_data.ds._set_position(position["src"])
 
     def _abandon(self):
@@ -437,6 +442,8 @@ class FixedSizeData(ProxyDataFlow):
             start, self._done = (self._resume or 0), 0
             if self._resume is not None:
                 self._resume, self._done, self.itr = None, start, None
+            elif not self._keep:
+                self.ds._abandon()      # each pass starts a new pass of ds
             try:
                 for k in range(start, self._size):
                     dp = self._next()
@@ -546,6 +553,8 @@ class MapData(ProxyDataFlow):
         if self._resume is not None:        # continue a pass (see _get_position)
             r, self._resume = self._resume, None
             self._pass, start, skip = r["run"] - 1, r["index"], r["skip"]
+        else:
+            self.ds._abandon()              # a new pass of ds (see DataFlow._abandon)
         self._pass = p = self._pass + 1
         self._next, self._open = start, True
         return self._one_pass(p, start, _skipped(self.ds, skip))
@@ -674,6 +683,8 @@ class RepeatedData(ProxyDataFlow):
     def __iter__(self):
         first, self._rep = (self._resume or 0), 0
         resumed, self._resume = self._resume is not None, None
+        if not resumed:
+            self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
         if self.num == -1:
             got = resumed         # a resumed pass of ds may have nothing left
             while True:
@@ -726,6 +737,8 @@ class RepeatedDataPoint(ProxyDataFlow):
 
     def __iter__(self):
         r, self._resume = self._resume, None
+        if r is None:
+            self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
         return self._one_pass(r)
 
     def _one_pass(self, r):
@@ -837,6 +850,9 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
             d.reset_state()
 
     def __iter__(self):
+        if self._resume is None:
+            for d in self._inputs():
+                d._abandon()        # new passes (see DataFlow._abandon)
         p, start = self._begin_pass()
         return self._one_pass(p, start, [iter(d) for d, _ in self.df_lists])
 
@@ -891,6 +907,9 @@ class RandomMixData(_MixPosition, RNGDataFlow):
         return sum(self.sizes)
 
     def __iter__(self):
+        if self._resume is None:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
         p, start = self._begin_pass()
         return self._one_pass(p, start, [iter(k) for k in self.df_lists])
 
@@ -933,6 +952,9 @@ class ConcatData(DataFlow):
     _resume = None
 
     def __iter__(self):
+        if self._resume is None:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
         first, self._resume = (self._resume or 0), None
         for k in range(first, len(self.df_lists)):
             self._at = k
@@ -985,14 +1007,22 @@ class JoinData(DataFlow):
         return {"srcs": [d._get_position() for d in self.df_lists]}
 
     def _set_position(self, position):
+        self._resuming = True
         for d, p in zip(self.df_lists, position["srcs"]):
             d._set_position(p)
 
     def _abandon(self):
+        self._resuming = False
         for d in self.df_lists:
             d._abandon()
 
+    _resuming = False
+
     def __iter__(self):
+        resuming, self._resuming = self._resuming, False
+        if not resuming:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
         itrs = [iter(k) for k in self.df_lists]
         while True:
             try:
@@ -1174,6 +1204,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._base = _ckpt.optional_int(position["base"])
         self._inf_ds._set_position(position["src"])
 
+    def _abandon(self):
+        pass                       # its input runs on across its passes (and resets)
+
     def _restore(self):
         r, self._resume = self._resume, None
         got = _ckpt.refill(self._inf_ds, [tuple(k) for k in r["keys"]], r["src"])
@@ -1249,15 +1282,26 @@ class CacheData(ProxyDataFlow):
     def __iter__(self):
         r, self._resume = self._resume, None
         if r is not None:
-            self._pass, self._start = r["pass"], r["start"]
+            self._pass, self._start, self._filling, self._pos = r["pass"], r["start"], False, 0
             if r["filled"]:
-                self._refill_complete()
-            elif r["pos"]:
+                self._refill_complete(r["src"])
+                return self._serve(r["pos"])
+            if r["pos"]:
                 return self._fill(self._refilled_part(r["pos"]), r["pos"])
-            return self._serve(r["pos"]) if r["filled"] else self._fill(None, 0)
+            return self._fill(self._begin_filling(), 0)
         if self._filling or (self._complete and self._pos):
             self._pass += 1            # the previous pass was abandoned
-        return self._serve(0) if self._complete else self._fill(None, 0)
+        if self._complete:
+            return self._serve(0)
+        self.ds._abandon()             # a new filling pass reads a new pass of ds
+        return self._fill(self._begin_filling(), 0)
+
+    def _begin_filling(self):
+        """The input's iterator for a filling pass; its position is recorded first (at
+        ``iter()``, so that a position taken before the first datapoint has it)."""
+        self._start = self.ds._get_position() if _trackable(self.ds) is True else None
+        self._filling, self._pos = True, 0
+        return iter(self.ds)
 
     def _serve(self, start):
         if self.shuffle:
@@ -1276,9 +1320,6 @@ class CacheData(ProxyDataFlow):
 
     def _fill(self, it, start):
         with _guard_of(self):
-            if it is None:
-                self._start = self.ds._get_position() if _trackable(self.ds) is True else None
-                it = iter(self.ds)
             filling = self._partial if start else []
             self._filling, self._pos = True, start
             for dp in it:
@@ -1296,9 +1337,10 @@ class CacheData(ProxyDataFlow):
         self._partial = [dp for _, dp in zip(range(n), it)]
         return it
 
-    def _refill_complete(self):
+    def _refill_complete(self, src):
         self.ds._set_position(self._start)
-        self.buffer, self._complete = list(self.ds), True
+        self.buffer, self._complete = list(iter(self.ds)), True
+        self.ds._set_position(src)
 
     def _get_position(self):
         if self._resume is not None:
@@ -1309,15 +1351,24 @@ class CacheData(ProxyDataFlow):
                                           "cannot say where it is")
         return {"filled": self._complete, "start": self._start, "pass": self._pass,
                 "pos": self._pos if (self._filling or self._complete) else 0,
-                "base": _ckpt.base_seed(self) if self.shuffle else None}
+                "base": _ckpt.base_seed(self) if self.shuffle else None,
+                "src": self.ds._get_position()}
 
     def _set_position(self, position):
         self._resume = position
         if position.get("base") is not None:
             self._base = int(position["base"])
+        self.ds._set_position(position["src"])
 
     def _abandon(self):
-        self._resume = None
+        r = self._resume
+        if r is not None:                  # a loaded position's pass is dropped unfinished
+            if r["pos"]:
+                self._resume = dict(r, pos=0)
+                self._resume["pass"] = r["pass"] + 1
+                if not r["filled"]:        # the filling pass: the next one reads ds again
+                    self.ds._abandon()
+            return
         if self._filling:
             self._filling, self._pos = False, 0
             self._pass += 1

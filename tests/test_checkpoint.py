@@ -802,3 +802,41 @@ def test_state_of_a_pipeline_not_reset_yet_is_its_start():
     df2.load_state_dict(state)
     df2.reset_state()
     assert [plain(x) for x in itertools.islice(iter(df2), 12)] == ref
+
+
+def random_pipeline(r):
+    """A pipeline of 2-5 serial dataflows drawn from ``r`` (a seeded random.Random), with the
+    datapoints ``[int, int]`` throughout (so that any stage composes with any other)."""
+    def source():
+        return D.MapData(numbers(r.randint(3, 7), shuffle=r.random() < 0.5), noisy)
+
+    df = source()
+    for _ in range(r.randint(1, 4)):
+        kind = r.choice(["map", "repeat", "fixed", "shuffle", "concat", "join", "mix",
+                         "repeat point", "cache"])
+        if kind == "map":
+            df = D.MapData(df, lambda dp: None if dp[1] % 5 == 0 else [dp[0], dp[1] + 1])
+        elif kind == "repeat":
+            df = D.RepeatedData(df, r.randint(1, 3))
+        elif kind == "fixed":
+            df = D.FixedSizeData(df, r.randint(2, 6), keep_state=r.random() < 0.5)
+        elif kind == "shuffle":
+            df = D.FixedSizeData(D.LocallyShuffleData(df, r.randint(1, 4)), r.randint(3, 6))
+        elif kind == "concat":
+            df = D.ConcatData([df, source()])
+        elif kind == "join":
+            df = D.MapData(D.JoinData([df, source()]), lambda dp: dp[:2])
+        elif kind == "mix":
+            df = D.RandomChooseData([(df, 0.5), (source(), 0.5)])
+        elif kind == "repeat point":
+            df = D.RepeatedDataPoint(df, 2)
+        else:
+            df = D.CacheData(df, shuffle=r.random() < 0.5)
+    if r.random() < 0.5:
+        df = D.BatchData(df, r.randint(1, 3), remainder=True)
+    return df
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_compositions_resume_exactly(seed):
+    check_every_step(lambda: random_pipeline(random.Random(seed)), n_passes=3)

@@ -439,6 +439,8 @@ class ParallelMapData(ProxyDataFlow):
         r = self._resume
         if r is None:
             st.done, st.skip_send = set(), set()
+            if self.strict:
+                self.ds._abandon()     # a new pass of ds (see DataFlow._abandon)
             return iter(self.ds)
         st.done = {first + o for a, b in r["done"] for o in range(a, b)}
         st.skip_send = set(st.done)
