@@ -463,6 +463,7 @@ class FixedSizeData(ProxyDataFlow):
 
     def _set_position(self, position):
         self._resume = int(position["done"])
+        self.itr = None                 # an iterator of ds kept from before is stale now
         self.ds._set_position(position["src"])
 
     def _abandon(self):
@@ -1202,6 +1203,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     def _set_position(self, position):
         self._resume = position
         self._base = _ckpt.optional_int(position["base"])
+        self._inf_iter = None           # an iterator of ds kept from before is stale now
         self._inf_ds._set_position(position["src"])
 
     def _abandon(self):

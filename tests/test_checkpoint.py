@@ -837,6 +837,6 @@ def random_pipeline(r):
     return df
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(30))
 def test_random_compositions_resume_exactly(seed):
     check_every_step(lambda: random_pipeline(random.Random(seed)), n_passes=3)
