@@ -19,7 +19,12 @@ and resume"). They wrap a *position*, which each dataflow defines with three met
 * ``_fingerprint_params()`` returns the parameters that change the stream (batch sizes, buffer
   sizes, shuffle flags; not worker counts), checked by ``load_state_dict``.
 * ``_abandon()``, for a dataflow whose next ``__iter__`` does not simply start afresh: see
-  :meth:`DataFlow._abandon`.
+  :meth:`DataFlow._abandon`. Conversely, a dataflow that starts a new pass of its inputs at
+  each of its passes calls their ``_abandon()`` when it starts a pass afresh (not when
+  resuming), so that their positions never describe a pass already dropped; one whose input
+  runs on across its passes (``LocallyShuffleData``) does not.
+* ``_set_position`` must drop any iterator of an input that the dataflow keeps between
+  passes: it is stale once a position is loaded.
 
 What a new dataflow gets without writing them:
 

@@ -10,12 +10,14 @@ never the number of workers or the executor), and check both on load. How a data
 its position is described in :mod:`dataflow.base` (``_get_position`` /
 ``_set_position`` / ``_fingerprint_params``).
 
-This module imports nothing from the rest of the package (``base`` imports it).
+``base`` imports this module; it imports only ``dataflow.rng`` (inside the two functions that
+need the global seed).
 """
 import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
-           "replay_counted", "capture", "refill", "keyed_permutation", "keyed_generator"]
+           "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
+           "CountedRunner", "refill", "base_seed", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
 STATE_FORMAT = 1
@@ -275,12 +277,6 @@ class CountedRunner:
 
 
 # -- buffers of datapoints, kept as keys --------------------------------------------------------
-def capture(source):
-    """The position of ``source`` now: the key from which its next datapoint can be read
-    again (:func:`refill`)."""
-    return source._get_position()
-
-
 def refill(source, keys, resume_at):
     """Read again the datapoints whose keys are given, and leave ``source`` at ``resume_at``.
 
@@ -323,6 +319,7 @@ def base_seed(df):
 
 
 def optional_int(value):
+    """``value`` as an int, or ``None``."""
     return None if value is None else int(value)
 
 def keyed_generator(base, *key):
