@@ -522,6 +522,7 @@ class MapData(ProxyDataFlow):
         self.func = func if callable(func) else Compose(fuse(ops))
         self._parallel = None
         self._pass, self._next, self._open, self._resume = -1, 0, False, None
+        self._enum = None
         if self.executor != SERIAL or on_error != "raise":
             # Below parallel/ (see above): the parallel map is imported when one is needed.
             from .parallel.runners import parallel_map
@@ -557,12 +558,15 @@ class MapData(ProxyDataFlow):
         else:
             self.ds._abandon()              # a new pass of ds (see DataFlow._abandon)
         self._pass = p = self._pass + 1
-        self._next, self._open = start, True
+        self._next, self._open, self._enum = start, True, None
         return self._one_pass(p, start, _skipped(self.ds, skip))
 
     def _one_pass(self, p, start, source):
         func, local = self.func, _rng._local
-        for i, dp in enumerate(source, start):
+        # the next input index is read from the enumerate object (see _get_position), not
+        # stored per datapoint
+        self._enum = numbered = enumerate(source, start)
+        for i, dp in numbered:
             local.key = (p, i)                 # what rng.set_datapoint_key does, inlined
             ret = func(copy(dp))
             if ret is None:
@@ -573,7 +577,6 @@ class MapData(ProxyDataFlow):
                     f"{type(self).__name__}: the function {_func_name(func)} returned a "
                     f"generator for datapoint {i} of this pass. It must return a datapoint "
                     "(or None to drop it); did it use 'yield' instead of 'return'?")
-            self._next = i + 1
             yield ret
         self._open = False
 
@@ -589,7 +592,8 @@ class MapData(ProxyDataFlow):
         if self._resume is not None:
             return self._resume
         if self._open:
-            p, i = self._pass, self._next
+            # enumerate's __reduce__ gives (type, (iterator, next count)): the inputs taken
+            p, i = self._pass, self._enum.__reduce__()[1][1] if self._enum else self._next
         else:
             p, i = self._pass + 1, 0
         return {"pass": p, "run": p, "index": i, "handled": i, "skip": 0, "done": [],
