@@ -3,9 +3,48 @@
 A DataFlow is an iterable of *datapoints* (lists, tuples or dicts of components). Before iterating,
 the consumer calls :meth:`DataFlow.reset_state` once, in the process and thread that will iterate;
 it is where a dataflow seeds its random state or starts its workers.
+
+Checkpoint and resume
+---------------------
+Every dataflow has ``state_dict()`` and ``load_state_dict(state)`` (see the README, "Checkpoint
+and resume"). They wrap a *position*, which each dataflow defines with three methods:
+
+* ``_get_position()`` returns a small JSON value (ints, strings, lists, dicts; never
+  datapoints) meaning "just after the last datapoint I returned to my caller", pass number
+  included, and the positions of the dataflows it reads from nested inside.
+* ``_set_position(position)`` stores it, and hands the nested positions to its inputs at once
+  (their ``_set_position``); the next ``__iter__`` continues from there. It works before or
+  after ``reset_state()``, which must not forget a stored position. ``_get_position()`` called
+  before that ``__iter__`` returns the stored position.
+* ``_fingerprint_params()`` returns the parameters that change the stream (batch sizes, buffer
+  sizes, shuffle flags; not worker counts), checked by ``load_state_dict``.
+* ``_abandon()``, for a dataflow whose next ``__iter__`` does not simply start afresh: see
+  :meth:`DataFlow._abandon`. Conversely, a dataflow that starts a new pass of its inputs at
+  each of its passes calls their ``_abandon()`` when it starts a pass afresh (not when
+  resuming), so that their positions never describe a pass already dropped; one whose input
+  runs on across its passes (``LocallyShuffleData``) does not.
+* ``_set_position`` must drop any iterator of an input that the dataflow keeps between
+  passes: it is stale once a position is loaded.
+
+What a new dataflow gets without writing them:
+
+* A :class:`ProxyDataFlow` subclass that keeps nothing between datapoints (a map, a filter,
+  a 1:1 transform) inherits its input's position; one that buffers datapoints must define its
+  own (or raise ``NotImplementedError`` there).
+* A random-access source: mix in :class:`dataflow.checkpoint.PassPosition`, call
+  ``self._begin_pass()`` at the start of ``__iter__`` (it returns the pass number and the first
+  index to yield), set ``self._pos`` before every ``yield`` and call ``self._end_pass()`` at
+  the end; shuffle with :func:`dataflow.checkpoint.keyed_permutation` of the pass number and
+  a base seed drawn once from ``self.rng`` and kept in the position (``DataFromList`` is the
+  example). Its position is then two ints, and resuming costs nothing.
+* Any other source (a plain ``DataFlow`` subclass with ``__iter__`` only) is counted: its
+  position is the number of datapoints returned in the pass, and ``state_dict()`` raises
+  ``NotImplementedError`` naming it unless called with ``replay=True``, in which case a resume
+  re-iterates that many datapoints (exact only when the source is deterministic).
 """
 import threading
 
+from . import checkpoint as _ckpt
 from . import rng as _rng
 from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
 
@@ -55,6 +94,28 @@ class DataFlowReentrantGuard:
         return False
 
 
+def _count_for_replay(cls):
+    """A subclass that defines ``__iter__`` but inherits no way to say where it is: count its
+    datapoints so that ``state_dict(replay=True)`` can record a replay position."""
+    orig = cls.__dict__.get("__iter__")
+    pos = getattr(cls, "_get_position", None)
+    if orig is None or "_get_position" in cls.__dict__ or not (
+            pos is DataFlow._get_position or getattr(pos, "replay_default", False)):
+        return
+
+    def __iter__(self):
+        return _ckpt.replay_counted(self, lambda: orig(self))
+
+    __iter__.__wrapped__ = orig
+    cls.__iter__ = __iter__
+    cls._get_position = _ckpt.replay_state
+    cls._set_position = _ckpt.PassPosition._set_position
+    cls._abandon = _ckpt.replay_abandon
+    for name in ("_pass", "_pos", "_in_pass", "_resume"):
+        if not hasattr(cls, name):
+            setattr(cls, name, getattr(_ckpt.PassPosition, name))
+
+
 class DataFlow:
     """Base class of every dataflow.
 
@@ -64,6 +125,7 @@ class DataFlow:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _count_for_replay(cls)      # a source that cannot say where it is (see the module doc)
         _instrument_stats(cls)      # every dataflow records statistics (dataflow.stats)
 
     def __iter__(self):
@@ -91,6 +153,43 @@ class DataFlow:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    # -- checkpoint and resume (the module doc says how a dataflow implements them) ----------
+    def state_dict(self, *, replay=False):
+        """The position of this pipeline, just after the last datapoint it returned (pass number
+        included), as a dict of JSON types:
+        ``{"format_version", "seed", "fingerprint", "state"}``.
+
+        Raises ``NotImplementedError`` naming the first dataflow that cannot say where it is,
+        unless ``replay=True``: such a source then records how many datapoints it returned, and
+        a resume re-iterates them (exact only for a deterministic source)."""
+        return _ckpt.envelope(self, replay)
+
+    def load_state_dict(self, state):
+        """Continue from ``state`` (from :meth:`state_dict`): the next ``iter()`` continues the
+        interrupted pass from just after its last returned datapoint, and later passes follow
+        as in an uninterrupted run. Works on a freshly built pipeline, before or after
+        ``reset_state()``. Raises ``ValueError`` for a state of an unknown format, of a
+        different pipeline (naming the first difference) or of another global seed."""
+        self._set_position(_ckpt.unwrap(self, state))
+
+    def _get_position(self):
+        raise NotImplementedError(f"{type(self).__name__} does not implement state_dict(): "
+                                  "see dataflow.base for how a dataflow says where it is")
+
+    def _set_position(self, position):
+        raise NotImplementedError(f"{type(self).__name__} does not implement "
+                                  "load_state_dict(): see dataflow.base")
+
+    def _fingerprint_params(self):
+        return {}
+
+    def _abandon(self):
+        """Called by a dataflow that drops this one's pass unfinished as part of its own
+        semantics (``JoinData`` when another input ends, ``FixedSizeData(keep_state=False)``):
+        take the position the next ``__iter__`` would start from (the next pass), so that a
+        position taken now says so. Dataflows that start the next pass at every ``__iter__``
+        need nothing; proxies pass it on."""
 
     # tensorpack kept these for old code; so do we.
     def get_data(self):
@@ -125,6 +224,16 @@ class ProxyDataFlow(DataFlow):
 
     def __iter__(self):
         return iter(self.ds)
+
+    # a proxy that keeps nothing between datapoints is where its input is
+    def _get_position(self):
+        return self.ds._get_position()
+
+    def _set_position(self, position):
+        self.ds._set_position(position)
+
+    def _abandon(self):
+        self.ds._abandon()
 
 
 def _sources(df):

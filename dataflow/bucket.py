@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from .base import ProxyDataFlow, UnknownLengthError
 from .collate import batch_numpy
 
@@ -278,19 +279,96 @@ class BucketBatchData(ProxyDataFlow):
                 out.append(batched)
         return out
 
+    # Position: the index of the next input datapoint, the indices held in each bucket, the
+    # input's position before each held one (a resume reads exactly those again, see
+    # dataflow.checkpoint.refill) and, once the input has ended, the next bucket to flush.
+    _resume = None
+    _at = None                 # the running pass's bookkeeping (see __iter__)
+
     def __iter__(self):
-        held = [[] for _ in range(len(self.buckets))]
-        held_indices = [[] for _ in range(len(self.buckets))]
-        for index, dp in enumerate(self.ds):
-            b = self._bucket_of(dp, index)
-            held[b].append(dp)
-            held_indices[b].append(index)
-            if len(held[b]) == self.buckets.batch_sizes[b]:
-                batch = self._batch(b, held[b], held_indices[b])
-                held[b], held_indices[b] = [], []
-                yield batch
-        if self.drop_remainder:
-            return
-        for b, dps in enumerate(held):
-            if dps:
-                yield self._batch(b, dps, held_indices[b])
+        r, self._resume = self._resume, None
+        nb = len(self.buckets)
+        at = self._at = {"index": 0, "flush": None, "held": [[] for _ in range(nb)],
+                         "keys": {}, "track": None}
+        held = [[] for _ in range(nb)]
+        if r is None:
+            self.ds._abandon()          # a new pass of ds (see DataFlow._abandon)
+        else:
+            got = _ckpt.refill(self.ds, [tuple(k) for k in r["keys"]], r["src"])
+            at["index"], at["flush"] = r["index"], r["flush"]
+            at["held"] = [list(h) for h in r["held"]]
+            at["keys"] = {k: p for k, p in r["keys"]}
+            held = [[got[i] for i in h] for h in at["held"]]
+        return self._one_pass(at, held)
+
+    def _one_pass(self, at, held):
+        held_indices, keys = at["held"], at["keys"]
+        if at["flush"] is None:
+            at["track"] = track = _trackable(self.ds)
+            it = iter(self.ds)
+            while True:
+                key = self.ds._get_position() if track is True else None
+                dp = next(it, _END)
+                if dp is _END:
+                    break
+                index = at["index"]
+                at["index"] = index + 1
+                b = self._bucket_of(dp, index)
+                held[b].append(dp)
+                held_indices[b].append(index)
+                keys[index] = key
+                if len(held[b]) == self.buckets.batch_sizes[b]:
+                    batch = self._batch(b, held[b], held_indices[b])
+                    for i in held_indices[b]:
+                        del keys[i]
+                    held[b], held_indices[b] = [], []
+                    yield batch
+            at["flush"] = 0
+        if not self.drop_remainder:
+            for b in range(at["flush"], len(held)):
+                if held[b]:
+                    batch = self._batch(b, held[b], held_indices[b])
+                    at["flush"] = b + 1
+                    yield batch
+        self._at = None
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        at = self._at
+        if at is None:                  # between passes
+            return {"index": 0, "flush": None, "held": [[] for _ in range(len(self.buckets))],
+                    "keys": [],
+                    "src": self.ds._get_position()}
+        if at["track"] is not None and at["track"] is not True:
+            raise at["track"]
+        flush = at["flush"]
+        held = [h if flush is None or b >= flush else [] for b, h in enumerate(at["held"])]
+        return {"index": at["index"], "flush": flush, "held": [list(h) for h in held],
+                "keys": [[i, at["keys"][i]] for h in held for i in h],
+                "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume = self._at = None
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"boundaries": list(self.buckets.boundaries),
+                "batch_sizes": list(self.buckets.batch_sizes),
+                "drop_remainder": self.drop_remainder,
+                "pad_to_bucket_boundary": self.pad_to_bucket_boundary}
+
+
+_END = object()
+
+
+def _trackable(df):
+    try:
+        df._get_position()
+    except NotImplementedError as e:
+        return e
+    return True

@@ -14,6 +14,7 @@ from copy import copy
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from . import rng as _rng
 from ._helpers import empty_pass_error, repeat_forever
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
@@ -203,6 +204,34 @@ class BatchData(ProxyDataFlow):
         else:
             super().close()
 
+    # Between batches nothing is held: the position is the input's, and whether the last,
+    # smaller batch of the pass (made after the input ended) was returned; with
+    # per_batch_map, the position of that map.
+    _tail = False
+    _resume_tail = False
+    _resuming = False
+
+    def _get_position(self):
+        if self._mapped is not None:
+            return self._mapped._get_position()
+        return {"tail": self._tail or self._resume_tail, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        if self._mapped is not None:
+            return self._mapped._set_position(position)
+        self._resume_tail, self._resuming = bool(position["tail"]), True
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        if self._mapped is not None:
+            return self._mapped._abandon()
+        self._tail = self._resume_tail = self._resuming = False
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size, "remainder": bool(self.remainder),
+                "use_list": bool(self.use_list), "per_batch_map": self._mapped is not None}
+
     def __len__(self):
         ds_size = len(self.ds)
         div, rem = divmod(ds_size, self.batch_size)
@@ -216,14 +245,27 @@ class BatchData(ProxyDataFlow):
         return self._batches()
 
     def _batches(self):
+        resuming, self._resuming = self._resuming, False
+        if self._resume_tail:          # resumed after the last batch of a pass: it is over
+            self._resume_tail = False
+            return iter(())
+        if not resuming:
+            self.ds._abandon()         # a new pass of ds (see DataFlow._abandon)
+        # the input's pass begins at iter() (see checkpoint.PassPosition)
+        return self._batches_of(iter(self.ds))
+
+    def _batches_of(self, source):
+        self._tail = False
         holder = []
-        for dp in self.ds:
+        for dp in source:
             holder.append(dp)
             if len(holder) == self.batch_size:
                 yield BatchData.aggregate_batch(holder, self.use_list)
                 holder = []
         if self.remainder and holder:
+            self._tail = True
             yield BatchData.aggregate_batch(holder, self.use_list)
+        self._tail = False
 
     # Collation lives in dataflow.collate; these stay for code that calls them on the class.
     _batch_numpy = staticmethod(batch_numpy)
@@ -247,6 +289,19 @@ class _Batches(DataFlow):
 
     def __iter__(self):
         return self.batch_data._batches()
+
+    def _get_position(self):
+        b = self.batch_data
+        return {"tail": b._tail or b._resume_tail, "src": b.ds._get_position()}
+
+    def _set_position(self, position):
+        self.batch_data._resume_tail = bool(position["tail"])
+        self.batch_data._resuming = True
+        self.batch_data.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self.batch_data._tail = self.batch_data._resume_tail = False
+        self.batch_data.ds._abandon()
 
 
 class BatchDataByShape(BatchData):
@@ -274,15 +329,68 @@ class BatchDataByShape(BatchData):
         super().reset_state()
         self.holder = defaultdict(list)
         self._guard = DataFlowReentrantGuard()
+        self._held_keys, self._step = defaultdict(list), 0
+
+    # Position: the input's position now and, for every held datapoint (buffers persist
+    # across passes), its step (datapoints taken since reset_state) and the input's position
+    # before it: a resume reads exactly those again (dataflow.checkpoint.refill).
+    _resume = None
+    _step = 0
+    _held_keys = None          # shape -> [(step, input position before it)], as holder
 
     def __iter__(self):
         with _guard_of(self):
-            for dp in self.ds:
-                holder = self.holder[np.shape(dp[self.idx])]
+            if self._held_keys is None:
+                self._held_keys = defaultdict(list)
+            if self._resume is not None:
+                self._restore()
+            track = _trackable(self.ds)
+            it = iter(self.ds)
+            while True:
+                key = self.ds._get_position() if track is True else None
+                dp = next(it, _EMPTY)
+                if dp is _EMPTY:
+                    return
+                shape = np.shape(dp[self.idx])
+                holder, keys = self.holder[shape], self._held_keys[shape]
                 holder.append(dp)
+                keys.append((self._step, key))
+                self._step += 1
                 if len(holder) == self.batch_size:
-                    yield BatchData.aggregate_batch(holder)
+                    batch = BatchData.aggregate_batch(holder)
                     del holder[:]
+                    del keys[:]
+                    yield batch
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        held = [[step, key] for keys in (self._held_keys or {}).values() for step, key in keys]
+        if any(key is None for _, key in held):
+            raise _trackable(self.ds)
+        return {"step": self._step, "held": sorted(held, key=lambda k: k[0]),
+                "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _restore(self):
+        r, self._resume = self._resume, None
+        got = _ckpt.refill(self.ds, [tuple(k) for k in r["held"]], r["src"])
+        self.holder, self._held_keys = defaultdict(list), defaultdict(list)
+        for step, key in r["held"]:              # in arrival order, as they were held
+            dp = got[step]
+            shape = np.shape(dp[self.idx])
+            self.holder[shape].append(dp)
+            self._held_keys[shape].append((step, key))
+        self._step = r["step"]
+
+    def _abandon(self):
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size, "idx": self.idx}
 
 
 class FixedSizeData(ProxyDataFlow):
@@ -326,14 +434,46 @@ class FixedSizeData(ProxyDataFlow):
             self.itr = None
             raise empty_pass_error("FixedSizeData", self.ds) from None
 
+    _done = 0                  # datapoints returned in the current pass
+    _resume = None
+
     def __iter__(self):
         with _guard_of(self):
+            start, self._done = (self._resume or 0), 0
+            if self._resume is not None:
+                self._resume, self._done, self.itr = None, start, None
+            elif not self._keep:
+                self.ds._abandon()      # each pass starts a new pass of ds
             try:
-                for _ in range(self._size):
-                    yield self._next()
+                for k in range(start, self._size):
+                    dp = self._next()
+                    self._done = k + 1
+                    yield dp
+                self._done = 0
+                if not self._keep:
+                    self.ds._abandon()          # the next pass starts a new pass of ds
             finally:
                 if not self._keep:
                     self.itr = None
+
+    def _get_position(self):
+        if self._resume is not None:
+            return {"done": self._resume, "src": self.ds._get_position()}
+        return {"done": self._done, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = int(position["done"])
+        self.itr = None                 # an iterator of ds kept from before is stale now
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._done = None, 0
+        if not self._keep:
+            self.itr = None
+            self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"size": self._size, "keep_state": bool(self._keep)}
 
 
 class MapData(ProxyDataFlow):
@@ -381,6 +521,8 @@ class MapData(ProxyDataFlow):
         logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))
         self.func = func if callable(func) else Compose(fuse(ops))
         self._parallel = None
+        self._pass, self._next, self._open, self._resume = -1, 0, False, None
+        self._cursor = None
         if self.executor != SERIAL or on_error != "raise":
             # Below parallel/ (see above): the parallel map is imported when one is needed.
             from .parallel.runners import parallel_map
@@ -396,7 +538,7 @@ class MapData(ProxyDataFlow):
             self._parallel.reset_state()
         else:
             super().reset_state()
-        self._pass = -1
+        self._pass, self._next, self._open = -1, 0, False
 
     def close(self):
         """Stop the workers, if any, and close the source; ``reset_state()`` starts again."""
@@ -407,18 +549,30 @@ class MapData(ProxyDataFlow):
 
     def __iter__(self):
         if self._parallel is not None:
-            yield from self._parallel
-            return
-        self._pass = p = getattr(self, "_pass", -1) + 1
+            return iter(self._parallel)
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        start, skip = 0, 0
+        if self._resume is not None:        # continue a pass (see _get_position)
+            r, self._resume = self._resume, None
+            self._pass, start, skip = r["run"] - 1, r["index"], r["skip"]
+        else:
+            self.ds._abandon()              # a new pass of ds (see DataFlow._abandon)
+        self._pass = p = self._pass + 1
+        self._next, self._open, self._cursor = start, True, None
+        return self._one_pass(p, start, _skipped(self.ds, skip))
+
+    def _one_pass(self, p, start, source):
         func, local = self.func, _rng._local
         copy_id = getattr(local, "copy", None)   # in a runner's copy: its number (OwnDataFlow)
         # The datapoint's random-stream key, as a cursor advanced in place (see
         # rng.set_datapoint_key): no tuple per datapoint. It is set before every call, since
         # another serial MapData in this thread (nested in self.ds) sets its own, and cleared
-        # after it: outside the map call there is no datapoint's stream.
-        cursor = [p, 0] if copy_id is None else [p, 0, copy_id]
-        for i, dp in enumerate(self.ds):
-            cursor[1] = i
+        # after it: outside the map call there is no datapoint's stream. The cursor is also the
+        # position: cursor[1] + 1 inputs of this pass are taken (see _get_position), so nothing
+        # else is stored per datapoint.
+        self._cursor = cursor = [p, start - 1] if copy_id is None else [p, start - 1, copy_id]
+        for dp in source:
+            cursor[1] += 1
             local.key = cursor
             try:
                 # copy.copy, with its most common case (a list datapoint) inlined
@@ -431,9 +585,49 @@ class MapData(ProxyDataFlow):
                 ret.close()
                 raise TypeError(
                     f"{type(self).__name__}: the function {_func_name(func)} returned a "
-                    f"generator for datapoint {i} of this pass. It must return a datapoint "
+                    f"generator for datapoint {cursor[1]} of this pass. It must return a datapoint "
                     "(or None to drop it); did it use 'yield' instead of 'return'?")
             yield ret
+        self._open = False
+
+    # The position of a map, serial or parallel (dataflow.parallel.mapper writes the same):
+    # ``run``/``index``: pass and index (the key of the random streams) of the first input
+    # datapoint not yet handed over; ``src``: the input's position ``skip`` datapoints before
+    # it; ``done``: ranges of later inputs, relative to ``index``, already handed over (only
+    # an unordered parallel map has them); ``pass``/``handled``: the pass of this dataflow and
+    # the results handed over in it.
+    def _get_position(self):
+        if self._parallel is not None:
+            return self._parallel._get_position()
+        if self._resume is not None:
+            return self._resume
+        if self._open:
+            # the cursor of the running pass says how many inputs it took
+            p, i = self._pass, self._cursor[1] + 1 if self._cursor else self._next
+        else:
+            p, i = self._pass + 1, 0
+        return {"pass": p, "run": p, "index": i, "handled": i, "skip": 0, "done": [],
+                "open": self._open, "src": self.ds._get_position()}
+
+    def _abandon(self):
+        if self._parallel is not None:
+            return self._parallel._abandon()
+        r, self._resume = self._resume, None
+        if r is not None:
+            self._pass = r["run"] - 1 + bool(r.get("open", True))
+        self._open = False
+        self.ds._abandon()
+
+    def _set_position(self, position):
+        if self._parallel is not None:
+            return self._parallel._set_position(position)
+        if position["done"]:
+            raise ValueError("MapData: the state is of an unordered parallel map")
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+
+_skipped = _ckpt.skipped
 
 
 class _ShallowCopyFirst:
@@ -498,12 +692,43 @@ class RepeatedData(ProxyDataFlow):
             raise NotImplementedError("RepeatedData(num=-1) is infinite: len() is unavailable")
         return len(self.ds) * self.num
 
+    _rep = 0                   # the pass of ds within this pass
+    _resume = None
+
     def __iter__(self):
+        first, self._rep = (self._resume or 0), 0
+        resumed, self._resume = self._resume is not None, None
+        if not resumed:
+            self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
         if self.num == -1:
-            yield from repeat_forever(self.ds, "RepeatedData(num=-1)")
+            got = resumed         # a resumed pass of ds may have nothing left
+            while True:
+                for dp in self.ds:
+                    got = True
+                    yield dp
+                if not got:
+                    raise empty_pass_error("RepeatedData(num=-1)", self.ds)
+                self._rep, got = self._rep + 1, False
         else:
-            for _ in range(self.num):
+            for k in range(first, self.num):
+                self._rep = k
                 yield from self.ds
+            self._rep = 0
+
+    def _get_position(self):
+        rep = self._resume if self._resume is not None else self._rep
+        return {"rep": rep, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = int(position["rep"])
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._rep = None, 0
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"num": self.num}
 
 
 class RepeatedDataPoint(ProxyDataFlow):
@@ -519,13 +744,98 @@ class RepeatedDataPoint(ProxyDataFlow):
     def __len__(self):
         return len(self.ds) * self.num
 
+    # Position: the repeats given of the current datapoint, the input's position before it
+    # (its key, to read it again on resume) and now.
+    _rep = 0
+    _key = None
+    _resume = None
+
     def __iter__(self):
-        for dp in self.ds:
-            for _ in range(self.num):
+        r, self._resume = self._resume, None
+        if r is None:
+            self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
+        return self._one_pass(r)
+
+    def _one_pass(self, r):
+        track = _trackable(self.ds)
+        if r is not None and 0 < r["rep"] < self.num:       # resumed between two repeats
+            dp = _ckpt.refill(self.ds, [(0, r["key"])], r["src"])[0]
+            self._key = r["key"]
+            for j in range(r["rep"], self.num):
+                self._rep = j + 1
                 yield dp
+        it = iter(self.ds)
+        while True:
+            key = self.ds._get_position() if track is True else None
+            dp = next(it, _EMPTY)
+            if dp is _EMPTY:
+                break
+            self._key = key
+            for j in range(self.num):
+                self._rep = j + 1
+                yield dp
+        self._rep = 0
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        rep = self._rep if self._rep < self.num else 0
+        return {"rep": rep, "key": self._key if rep else None, "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        self._resume, self._rep = None, 0
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"num": self.num}
 
 
-class RandomChooseData(RNGDataFlow):
+class _MixPosition(_ckpt.PassPosition):
+    """The position of a random mix of dataflows: the pass and datapoints returned in it (the
+    choices are drawn from streams keyed by a base seed and the pass), and each input's."""
+
+    _base = None
+
+    def _base_seed(self):
+        if self._base is None:
+            self._base = int(_require_rng(self).randint(2**31))
+        return self._base
+
+    def _reset_mix(self):
+        self._reset_position()
+        if self._resume is None:
+            self._base = None
+
+    def _inputs(self):
+        return [d[0] if isinstance(d, (tuple, list)) else d for d in self.df_lists]
+
+    def _get_position(self):
+        s = _ckpt.PassPosition._get_position(self)
+        s.setdefault("base", _ckpt.base_seed(self))
+        s.setdefault("srcs", [d._get_position() for d in self._inputs()])
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        self._base = _ckpt.optional_int(position["base"])
+        self._resume.update(base=self._base, srcs=position["srcs"])
+        for d, p in zip(self._inputs(), position["srcs"]):
+            d._set_position(p)
+
+    def _abandon(self):
+        _ckpt.PassPosition._abandon(self)
+        for d in self._inputs():
+            d._abandon()
+
+
+_CHOICES = 1024     # RandomChooseData draws its choices in blocks of this many
+
+
+class RandomChooseData(_MixPosition, RNGDataFlow):
     """For every datapoint, pick one of several dataflows at random and take its next datapoint;
     stop as soon as the picked dataflow is exhausted.
 
@@ -550,24 +860,46 @@ class RandomChooseData(RNGDataFlow):
 
     def reset_state(self):
         super().reset_state()
+        self._reset_mix()
         for d, _ in self.df_lists:
             d.reset_state()
 
     def __iter__(self):
-        rng = _require_rng(self)
-        itrs = [iter(d) for d, _ in self.df_lists]
-        probs = np.array([p for _, p in self.df_lists], dtype="float64")
+        if self._resume is None:
+            for d in self._inputs():
+                d._abandon()        # new passes (see DataFlow._abandon)
+        p, start = self._begin_pass()
+        return self._one_pass(p, start, [iter(d) for d, _ in self.df_lists])
+
+    def _fingerprint_params(self):
+        return {"probabilities": [float(q) for _, q in self.df_lists]}
+
+    def _one_pass(self, p, t, itrs):
+        # choice number t of pass p: block t // _CHOICES of a stream keyed by (base, p, block)
+        base = self._base_seed()
+        probs = np.array([q for _, q in self.df_lists], dtype="float64")
         probs /= probs.sum()
+        block, choices = -1, None
         while True:
-            k = rng.choice(len(itrs), p=probs)
+            if t // _CHOICES != block:
+                block = t // _CHOICES
+                choices = _ckpt.keyed_generator(base, p, block).choice(
+                    len(itrs), size=_CHOICES, p=probs).tolist()
+            k = choices[t % _CHOICES]
             try:
                 dp = next(itrs[k])
             except StopIteration:
+                for j, d in enumerate(self._inputs()):
+                    if j != k:
+                        d._abandon()          # dropped mid-pass (see DataFlow._abandon)
+                self._end_pass()
                 return
+            t += 1
+            self._pos = t
             yield dp
 
 
-class RandomMixData(RNGDataFlow):
+class RandomMixData(_MixPosition, RNGDataFlow):
     """Randomly interleave several dataflows, using their lengths: every pass yields all
     ``sum(len(df))`` datapoints, each dataflow's in its own order, at uniformly random positions.
 
@@ -582,6 +914,7 @@ class RandomMixData(RNGDataFlow):
 
     def reset_state(self):
         super().reset_state()
+        self._reset_mix()
         for d in self.df_lists:
             d.reset_state()
 
@@ -589,19 +922,32 @@ class RandomMixData(RNGDataFlow):
         return sum(self.sizes)
 
     def __iter__(self):
-        rng = _require_rng(self)
+        if self._resume is None:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
+        p, start = self._begin_pass()
+        return self._one_pass(p, start, [iter(k) for k in self.df_lists])
+
+    def _fingerprint_params(self):
+        return {"sizes": list(self.sizes)}
+
+    def _one_pass(self, p, start, itrs):
+        # the interleaving of pass p is a permutation keyed by (base, p)
         sums = np.cumsum(self.sizes)
-        idxs = np.arange(len(self))
-        rng.shuffle(idxs)
-        which = np.searchsorted(sums, idxs, side="right")
-        itrs = [iter(k) for k in self.df_lists]
-        for k in which:
+        idxs = _ckpt.keyed_permutation(self._base_seed(), p, len(self))
+        which = np.searchsorted(sums, idxs, side="right").tolist()
+        for t in range(start, len(which)):
+            k = which[t]
             try:
                 dp = next(itrs[k])
             except StopIteration:
                 raise ValueError(f"RandomMixData: dataflow {k} produced fewer datapoints than "
                                  f"its len() = {self.sizes[k]}") from None
+            self._pos = t + 1
             yield dp
+        for d in self.df_lists:
+            d._abandon()       # each is at its end, its StopIteration not asked for
+        self._end_pass()
 
 
 class ConcatData(DataFlow):
@@ -617,9 +963,32 @@ class ConcatData(DataFlow):
     def __len__(self):
         return sum(len(x) for x in self.df_lists)
 
+    _at = 0                    # the dataflow being read
+    _resume = None
+
     def __iter__(self):
-        for d in self.df_lists:
-            yield from d
+        if self._resume is None:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
+        first, self._resume = (self._resume or 0), None
+        for k in range(first, len(self.df_lists)):
+            self._at = k
+            yield from self.df_lists[k]
+        self._at = 0
+
+    def _get_position(self):
+        at = self._resume if self._resume is not None else self._at
+        return {"at": at, "srcs": [d._get_position() for d in self.df_lists]}
+
+    def _set_position(self, position):
+        self._resume = int(position["at"])
+        for d, p in zip(self.df_lists, position["srcs"]):
+            d._set_position(p)
+
+    def _abandon(self):
+        at = self._resume if self._resume is not None else self._at
+        self._resume, self._at = None, 0
+        self.df_lists[at]._abandon()
 
 
 class JoinData(DataFlow):
@@ -649,12 +1018,37 @@ class JoinData(DataFlow):
     def __len__(self):
         return min(len(k) for k in self.df_lists)
 
+    def _get_position(self):
+        return {"srcs": [d._get_position() for d in self.df_lists]}
+
+    def _set_position(self, position):
+        self._resuming = True
+        for d, p in zip(self.df_lists, position["srcs"]):
+            d._set_position(p)
+
+    def _abandon(self):
+        self._resuming = False
+        for d in self.df_lists:
+            d._abandon()
+
+    _resuming = False
+
     def __iter__(self):
+        resuming, self._resuming = self._resuming, False
+        if not resuming:
+            for d in self.df_lists:
+                d._abandon()        # new passes (see DataFlow._abandon)
         itrs = [iter(k) for k in self.df_lists]
         while True:
             try:
-                all_dps = [next(itr) for itr in itrs]
+                all_dps = []
+                for itr in itrs:
+                    all_dps.append(next(itr))
             except StopIteration:
+                # the others' passes are dropped unfinished: say so (see DataFlow._abandon)
+                for k, d in enumerate(self.df_lists):
+                    if k != len(all_dps):
+                        d._abandon()
                 return
             if all(isinstance(x, (list, tuple)) for x in all_dps):
                 yield list(itertools.chain.from_iterable(all_dps))
@@ -687,7 +1081,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     Datapoints of ``ds`` (repeated forever internally) enter a FIFO buffer of ``buffer_size``, each
     ``num_reuse`` times; once the buffer is full, every insertion first pops the oldest one,
     which is yielded. The buffer is shuffled after every ``shuffle_interval`` datapoints taken
-    from ``ds`` (default ``buffer_size // 3``). Datapoints of one pass of ``ds`` mix with those of
+    from ``ds`` (default ``buffer_size // 3``), by a permutation that is a pure function of a
+    seed drawn once from ``self.rng`` and of the number of datapoints taken, so that
+    ``state_dict()`` stores no random state. Datapoints of one pass of ``ds`` mix with those of
     the next.
 
     As in tensorpack, the iterator never ends (``len()``, ``len(ds) * num_reuse``, is the size of
@@ -721,6 +1117,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._inf_iter = None
         self._iter_cnt = 0
         self._guard = None
+        self._keys = deque(maxlen=buffer_size)     # the step of each buffered datapoint
+        self._src_at, self._refs = {}, defaultdict(int)
+        self._reuse, self._track, self._current = self.num_reuse, None, None
 
     def reset_state(self):
         self._guard = DataFlowReentrantGuard()
@@ -728,32 +1127,133 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         RNGDataFlow.reset_state(self)
         self._iter_cnt = 0
         self.q.clear()
+        self._keys = deque(maxlen=self.q.maxlen)
+        self._src_at, self._refs = {}, defaultdict(int)
+        self._reuse, self._track = self.num_reuse, None
+        if self._resume is None:
+            self._base = None
         self._inf_iter = iter(self._inf_ds)
+
+    _base = None               # seed of the buffer shuffles, drawn once from self.rng
+    _resume = None
 
     def __len__(self):
         return len(self.ds) * self.num_reuse
 
-    def _shuffle_buffer(self, rng):
-        items = list(self.q)
-        rng.shuffle(items)
+    def _shuffle_keyed(self, step):
+        """Shuffle the buffer (and its keys alike) by a permutation that is a pure function
+        of the base seed and the step, so that no random state needs saving."""
+        perm = _ckpt.keyed_generator(self._base, step).permutation(len(self.q)).tolist()
+        items, keys = list(self.q), list(self._keys)
         self.q.clear()
-        self.q.extend(items)
+        self.q.extend([items[k] for k in perm])
+        self._keys.clear()
+        self._keys.extend([keys[k] for k in perm])
 
     def __iter__(self):
         with _guard_of(self):
-            rng = _require_rng(self)
+            if self._base is None:
+                self._base = int(_require_rng(self).randint(2**31))
+            if self._resume is not None:
+                self._restore()
             if self._inf_iter is None:
                 self._inf_iter = iter(self._inf_ds)
-            for dp in self._inf_iter:
-                self._iter_cnt = (self._iter_cnt + 1) % self.shuffle_interval
-                if self._iter_cnt == 0:
-                    self._shuffle_buffer(rng)
-                for _ in range(self.num_reuse):
+            q, keys, src_at, refs = self.q, self._keys, self._src_at, self._refs
+            full, num_reuse, interval = q.maxlen, self.num_reuse, self.shuffle_interval
+            if self._track is None:
+                self._track = _trackable(self._inf_ds)
+            position = self._inf_ds._get_position if self._track is True else _no_position
+            inf = self._inf_iter
+            while True:
+                reuse = self._reuse
+                if reuse < num_reuse:            # a resumed datapoint, not yet all in
+                    dp, step = self._current, self._iter_cnt - 1
+                else:
+                    at = position()              # where ds is: this datapoint's key
+                    dp = next(inf)
+                    step = self._iter_cnt
+                    self._iter_cnt = step + 1
+                    src_at[step] = at
+                    if (step + 1) % interval == 0:
+                        self._shuffle_keyed(step)
+                    self._current, reuse = dp, 0
+                while reuse < num_reuse:
                     # pop, append, then yield: an iteration closed at the yield loses nothing
-                    out = self.q.popleft() if len(self.q) == self.q.maxlen else _EMPTY
-                    self.q.append(dp)
-                    if out is not _EMPTY:
+                    reuse += 1
+                    self._reuse = reuse
+                    if len(q) == full:
+                        out, gone = q.popleft(), keys.popleft()
+                        q.append(dp)
+                        keys.append(step)
+                        if num_reuse == 1:
+                            del src_at[gone]
+                        else:                    # a step is in the buffer up to num_reuse times
+                            refs[step] += 1
+                            refs[gone] -= 1
+                            if not refs[gone]:
+                                del refs[gone]
+                                del src_at[gone]
                         yield out
+                    else:
+                        q.append(dp)
+                        keys.append(step)
+                        if num_reuse > 1:
+                            refs[step] += 1
+
+    # Position: the step (datapoints taken from ds since reset_state), the steps of the
+    # buffered datapoints in buffer order and, once per step, the position of ds it was read
+    # at; a resume reads exactly those datapoints again (dataflow.checkpoint.refill).
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        if self._track is not None and self._track is not True:
+            raise self._track
+        keys = self._keys
+        return {"base": _ckpt.base_seed(self), "step": self._iter_cnt, "reuse": self._reuse,
+                "buffer": list(keys),
+                "keys": [[k, self._src_at[k]] for k in sorted(set(keys))],
+                "src": self._inf_ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        self._base = _ckpt.optional_int(position["base"])
+        self._inf_iter = None           # an iterator of ds kept from before is stale now
+        self._inf_ds._set_position(position["src"])
+
+    def _abandon(self):
+        pass                       # its input runs on across its passes (and resets)
+
+    def _restore(self):
+        r, self._resume = self._resume, None
+        got = _ckpt.refill(self._inf_ds, [tuple(k) for k in r["keys"]], r["src"])
+        self.q.clear()
+        self.q.extend(got[k] for k in r["buffer"])
+        self._keys = deque(r["buffer"], maxlen=self.q.maxlen)
+        self._src_at = {k: p for k, p in r["keys"]}
+        self._refs = defaultdict(int)
+        for k in r["buffer"]:
+            self._refs[k] += 1
+        self._iter_cnt, self._reuse = r["step"], r["reuse"]
+        self._current = got.get(self._iter_cnt - 1)
+        self._inf_iter = None
+
+    def _fingerprint_params(self):
+        return {"buffer_size": self.q.maxlen, "num_reuse": self.num_reuse,
+                "shuffle_interval": self.shuffle_interval}
+
+
+def _no_position():
+    return None
+
+
+def _trackable(df):
+    """``True`` if ``df`` can say where it is, otherwise the ``NotImplementedError`` it
+    raises (kept, to be raised by ``state_dict()``)."""
+    try:
+        df._get_position()
+    except NotImplementedError as e:
+        return e
+    return True
 
 
 class CacheData(ProxyDataFlow):
@@ -780,25 +1280,120 @@ class CacheData(ProxyDataFlow):
             self.rng = _rng.get_rng(self)
         self.buffer = []
         self._complete = False
+        self._pass, self._pos, self._filling = 0, 0, False
+        if self._resume is None:
+            self._base = None
+
+    # Position: whether the cache is complete, the input's position when the cache started to
+    # fill (a resume reads the cached datapoints again from there), this dataflow's pass and
+    # the datapoints returned in it; passes from the cache are shuffled by a permutation keyed
+    # by (base seed, pass).
+    _pass = 0
+    _pos = 0
+    _start = None              # ds's position when the filling pass began
+    _filling = False
+    _resume = None
+    _base = None
 
     def __iter__(self):
+        r, self._resume = self._resume, None
+        if r is not None:
+            self._pass, self._start, self._filling, self._pos = r["pass"], r["start"], False, 0
+            if r["filled"]:
+                self._refill_complete(r["src"])
+                return self._serve(r["pos"])
+            if r["pos"]:
+                return self._fill(self._refilled_part(r["pos"]), r["pos"])
+            return self._fill(self._begin_filling(), 0)
+        if self._filling or (self._complete and self._pos):
+            self._pass += 1            # the previous pass was abandoned
         if self._complete:
-            if self.shuffle:
-                if self.rng is None:
-                    raise RuntimeError("CacheData: call reset_state() before iterating")
-                buf = list(self.buffer)
-                self.rng.shuffle(buf)
-            else:
-                buf = self.buffer
-            yield from buf
-            return
+            return self._serve(0)
+        self.ds._abandon()             # a new filling pass reads a new pass of ds
+        return self._fill(self._begin_filling(), 0)
+
+    def _begin_filling(self):
+        """The input's iterator for a filling pass; its position is recorded first (at
+        ``iter()``, so that a position taken before the first datapoint has it)."""
+        self._start = self.ds._get_position() if _trackable(self.ds) is True else None
+        self._filling, self._pos = True, 0
+        return iter(self.ds)
+
+    def _serve(self, start):
+        if self.shuffle:
+            if self.rng is None:
+                raise RuntimeError("CacheData: call reset_state() before iterating")
+            order = _ckpt.keyed_permutation(_ckpt.base_seed(self), self._pass,
+                                            len(self.buffer)).tolist()
+        else:
+            order = range(len(self.buffer))
+        buf = self.buffer
+        self._pos = start
+        for k in range(start, len(buf)):
+            self._pos = k + 1
+            yield buf[order[k]]
+        self._pass, self._pos = self._pass + 1, 0
+
+    def _fill(self, it, start):
         with _guard_of(self):
-            filling = []
-            for dp in self.ds:
+            filling = self._partial if start else []
+            self._filling, self._pos = True, start
+            for dp in it:
                 filling.append(dp)
+                self._pos = len(filling)
                 yield dp
-            self.buffer = filling
-            self._complete = True
+            self.buffer, self._complete, self._filling = filling, True, False
+            self._pass, self._pos = self._pass + 1, 0
+
+    def _refilled_part(self, n):
+        """The input's iterator, after reading again the first ``n`` datapoints of the filling
+        pass (kept in ``self._partial``)."""
+        self.ds._set_position(self._start)
+        it = iter(self.ds)
+        self._partial = [dp for _, dp in zip(range(n), it)]
+        return it
+
+    def _refill_complete(self, src):
+        self.ds._set_position(self._start)
+        self.buffer, self._complete = list(iter(self.ds)), True
+        self.ds._set_position(src)
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        if self._filling or self._complete:
+            if self._start is None:
+                raise NotImplementedError(f"CacheData: its input ({type(self.ds).__name__}) "
+                                          "cannot say where it is")
+        return {"filled": self._complete, "start": self._start, "pass": self._pass,
+                "pos": self._pos if (self._filling or self._complete) else 0,
+                "base": _ckpt.base_seed(self) if self.shuffle else None,
+                "src": self.ds._get_position()}
+
+    def _set_position(self, position):
+        self._resume = position
+        if position.get("base") is not None:
+            self._base = int(position["base"])
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        r = self._resume
+        if r is not None:                  # a loaded position's pass is dropped unfinished
+            if r["pos"]:
+                self._resume = dict(r, pos=0)
+                self._resume["pass"] = r["pass"] + 1
+                if not r["filled"]:        # the filling pass: the next one reads ds again
+                    self.ds._abandon()
+            return
+        if self._filling:
+            self._filling, self._pos = False, 0
+            self._pass += 1
+            self.ds._abandon()
+        elif self._complete and self._pos:
+            self._pass, self._pos = self._pass + 1, 0
+
+    def _fingerprint_params(self):
+        return {"shuffle": bool(self.shuffle)}
 
 
 class PrintData(ProxyDataFlow):

@@ -1,9 +1,11 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
+from collections.abc import Sequence
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
@@ -78,6 +80,9 @@ class FakeData(RNGDataFlow):
         return val
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    def _one_pass(self):
         rng = _require_rng(self)
         if self.random:
             for _ in range(self._size):
@@ -86,6 +91,17 @@ class FakeData(RNGDataFlow):
             val = self._draw(rng)
             for _ in range(self._size):
                 yield copy.copy(val)
+
+    # its draws continue one random stream: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
+
+    def _fingerprint_params(self):
+        return {"size": self._size, "random": bool(self.random)}
 
 
 class DataFromQueue(DataFlow):
@@ -103,16 +119,29 @@ class DataFromQueue(DataFlow):
         self._guard = DataFlowReentrantGuard()
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._gets)
+
+    def _gets(self):
         with _guard_of(self):
             while True:
                 yield self.queue.get()
 
+    # a queue cannot be read again: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
 
-class DataFromList(RNGDataFlow):
+
+class DataFromList(_ckpt.PassPosition, RNGDataFlow):
     """The elements of a list (or any sequence) as datapoints.
 
     Each pass yields every element exactly once: in order with ``shuffle=False``, otherwise in the
-    order of a fresh random permutation of the indices drawn from ``self.rng``.
+    order of a fresh random permutation of the indices. The permutation of pass ``p`` is a pure
+    function of ``p`` and of one number drawn from ``self.rng`` at the first pass, so that
+    ``state_dict()`` is two ints and the seed, and resuming costs nothing.
     """
 
     def __init__(self, lst, shuffle=True):
@@ -125,19 +154,68 @@ class DataFromList(RNGDataFlow):
         self.lst = lst
         self.shuffle = shuffle
 
+    _base = None               # the seed of the permutations, drawn from self.rng
+    _perm = None               # ((base, pass, length), the permutation of that pass)
+
     def __len__(self):
         return len(self.lst)
 
-    def __iter__(self):
-        if not self.shuffle:
-            return iter(self.lst)     # the list's own iterator: no generator frame per datapoint
-        return self._shuffled()
+    def reset_state(self):
+        super().reset_state()
+        self._reset_position()
+        self._live = None
+        if self._resume is None:
+            self._base = None
 
-    def _shuffled(self):
-        idxs = np.arange(len(self.lst))
-        _require_rng(self).shuffle(idxs)
-        for k in idxs:
-            yield self.lst[k]
+    def __iter__(self):
+        self._live = None
+        # the pass begins at iter(), not at the first next(): an iterator made and dropped
+        # unstarted (by JoinData, say) counts as a pass, resumed or not
+        p, start = self._begin_pass()
+        return self._one_pass(p, start)
+
+    def _one_pass(self, p, start):
+        # The position is not stored per datapoint (that costs a measurable share of a cheap
+        # pipeline): it is read from the iterator in self._live, whose __length_hint__ (PEP
+        # 424) says how many datapoints of the pass are left.
+        lst = self.lst
+        if not self.shuffle:
+            if isinstance(lst, (list, tuple)):
+                self._live = it = iter(lst[start:]) if start else iter(lst)
+                yield from it
+            else:
+                for k in range(start, len(lst)):
+                    self._pos = k + 1
+                    yield lst[k]
+        else:
+            if self._base is None:
+                self._base = int(_require_rng(self).randint(2**31))
+            key = (self._base, p, len(lst))
+            if self._perm is None or self._perm[0] != key:   # kept: a resume seeks often
+                self._perm = (key, _ckpt.keyed_permutation(self._base, p, len(lst)).tolist())
+            self._live = it = iter(self._perm[1][start:])
+            for k in it:
+                yield lst[k]
+        self._live = None
+        self._end_pass()
+
+    _live = None               # the iterator of the running pass (see _one_pass)
+
+    def _get_position(self):
+        if self._live is not None and self._in_pass and self._resume is None:
+            self._pos = len(self.lst) - self._live.__length_hint__()
+        s = _ckpt.PassPosition._get_position(self)
+        if self.shuffle:
+            s.setdefault("base", _ckpt.base_seed(self))
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        if position.get("base") is not None:
+            self._base = int(position["base"])
+
+    def _fingerprint_params(self):
+        return {"len": len(self.lst), "shuffle": bool(self.shuffle)}
 
 
 class DataFromGenerator(DataFlow):
@@ -168,6 +246,17 @@ class DataFromGenerator(DataFlow):
         return self._size
 
     def __iter__(self):
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    # a generator cannot say where it is: it can only be replayed
+    _get_position = _ckpt.replay_state
+    _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None
+
+    def _one_pass(self):
         if callable(self._gen):
             yield from self._gen()
             return
@@ -201,5 +290,30 @@ class DataFromIterable(DataFlow):
         return self._len
 
     def __iter__(self):
+        if isinstance(self._itr, Sequence):      # indexable: resumes exactly, by index
+            p, start = _ckpt.PassPosition._begin_pass(self)
+            return self._from(start)
+        return _ckpt.replay_counted(self, self._one_pass)
+
+    def _from(self, start):
+        seq = self._itr
+        for k in range(start, len(seq)):
+            self._pos = k + 1
+            yield seq[k]
+        _ckpt.PassPosition._end_pass(self)
+
+    def _one_pass(self):
         for dp in self._itr:  # not ``yield from``: closing a pass must not close the iterable
             yield dp
+
+    # another re-iterable object is replayed: its position is the count of datapoints returned
+    def _get_position(self):
+        if isinstance(self._itr, Sequence):
+            return _ckpt.PassPosition._get_position(self)
+        return _ckpt.replay_state(self)
+
+    _set_position = _ckpt.PassPosition._set_position
+    _abandon = _ckpt.PassPosition._abandon
+    _pass = _pos = 0
+    _in_pass = False
+    _resume = None

@@ -166,3 +166,13 @@ def test_text_tokenizer():
     assert ids.dtype == np.int32 and n == 4
     assert ids.tolist() == [vocab["the"], vocab["cat"], example.UNK, example.UNK]
     assert example.Tokenizer(vocab)(["   "]) is None
+
+
+# --- resume_training.py --------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_resume_training_consumes_what_an_uninterrupted_run_does(tmp_path, seed):
+    out = run_example("resume_training.py", "--seed", seed, cache=tmp_path)
+    assert "killed with SIGKILL after step" in out
+    assert "consumed the same datapoints, in the same order" in out
+    assert "weights equal: True" in out

@@ -534,3 +534,46 @@ def test_augmentors_give_the_serial_images(ray_session):
     finally:
         D.set_seed(None)
     assert not all(np.array_equal(a[0], b[0]) for a, b in zip(want, other))
+
+
+def _noisy(dp):
+    from dataflow import rng
+    return [dp[0], int(rng.datapoint_rng().integers(1 << 30))]
+
+
+def test_state_of_a_thread_map_resumes_on_ray(ray_session):
+    """Checkpoint (issue 18): a state saved from 3 threads loads into 2 Ray actors, and the
+    resumed stream is the uninterrupted one."""
+    import json
+
+    def build(kind):
+        src = D.DataFromList([[k] for k in range(30)])
+        if kind == "ray":
+            m = RayMapData(src, 2, _noisy, strict=True, ordered=True, buffer_size=8)
+        else:
+            m = D.MultiThreadMapData(src, 3, _noisy, strict=True, ordered=True, buffer_size=9)
+        return D.BatchData(m, 4)
+
+    def batches(df):
+        return [b[1].tolist() for b in df]
+
+    D.set_seed(3)
+    df = build("threads")
+    df.reset_state()
+    ref = batches(df) + batches(df)
+    df.close()
+    D.set_seed(3)
+    df = build("threads")
+    df.reset_state()
+    it = iter(df)
+    got = [next(it)[1].tolist() for _ in range(5)]
+    state = json.loads(json.dumps(df.state_dict()))
+    df.close()
+    D.set_seed(3)
+    df = build("ray")
+    df.load_state_dict(state)
+    df.reset_state()
+    got += batches(df) + batches(df)
+    df.close()
+    D.set_seed(None)
+    assert got == ref

@@ -114,15 +114,32 @@ class DataFlowIterableDataset(IterableDataset):
             self.df.reset_state()      # once per process, lazily: starts the dataflow's workers
             self._reset_in_pid = os.getpid()
         self.epochs_started += 1
-        return self._one_pass()
+        self._in_epoch = True
+        return self._one_pass(iter(self.df))
 
-    def _one_pass(self):
+    _in_epoch = False
+
+    def _one_pass(self, it):
         try:
-            for dp in self.df:
+            for dp in it:
                 yield to_torch(dp)
+            self._in_epoch = False
         finally:
             if self.epochs is not None and self.epochs_started >= self.epochs:
                 self.close()           # the last epoch has ended (or was abandoned)
+
+    def state_dict(self):
+        """The dataflow's ``state_dict()`` and the epochs done (so that torchdata's
+        ``StatefulDataLoader(ds, batch_size=None, num_workers=0)`` checkpoints the pipeline);
+        JSON types only."""
+        return {"dataflow": self.df.state_dict(),
+                "epochs_done": self.epochs_started - int(self._in_epoch)}
+
+    def load_state_dict(self, state):
+        """Continue from ``state``: the next ``iter()`` continues the interrupted epoch."""
+        self.df.load_state_dict(state["dataflow"])
+        self.epochs_started = int(state["epochs_done"])
+        self._in_epoch = False
 
     def close(self):
         """Stop the dataflow's workers now (``df.close()``, which also closes the dataflows it
@@ -164,5 +181,8 @@ def as_iterable_dataset(df, *, epochs=None):
     * Use it with ``DataLoader(ds, batch_size=None, num_workers=0)``: the dataflow has its own
       workers and batches itself. Iterating in a ``DataLoader`` worker process raises
       ``RuntimeError``; pickling raises ``TypeError``.
+    * ``state_dict()`` / ``load_state_dict()`` are the dataflow's (plus the epochs done), so
+      torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=0)`` checkpoints and
+      resumes the pipeline exactly (see "Checkpoint and resume" in the README).
     """
     return DataFlowIterableDataset(df, epochs)

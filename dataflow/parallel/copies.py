@@ -3,6 +3,7 @@ its own copy of a dataflow (:class:`OwnCopy`), and :class:`CopiesRunner`, the ba
 whose workers each run their own copy (threads, processes, Ray)."""
 import itertools
 
+from .. import checkpoint as _ckpt
 from .. import rng as _rng
 from .._helpers import dataflow_length, empty_pass_error
 from ..stats import tell_label
@@ -82,7 +83,7 @@ class OwnCopy:
         return OwnDataFlow(self.ds, copy=wid)
 
 
-class CopiesRunner(ParallelMapData):
+class CopiesRunner(_ckpt.CountedRunner, ParallelMapData):
     """Base of the runners whose workers each run their own copy of ``ds`` (shipped to them by
     the executor): the consumer only hands out tickets, ``len(ds)`` per pass when that is known,
     endlessly otherwise, at most ``num_prefetch`` ahead of the consumer."""
@@ -95,3 +96,6 @@ class CopiesRunner(ParallelMapData):
 
     def _reset_source(self):
         pass                          # each worker resets its own copy
+
+    def __iter__(self):
+        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner

@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from .. import checkpoint as _ckpt
 from .._helpers import (check_int, check_positive_number, dataflow_length, empty_pass_error,
                        is_int)
 from ..base import DataFlowReentrantGuard, ProxyDataFlow
@@ -73,6 +74,16 @@ class _Pass:
                                    # that workers added later do not restart the warm-up)
         self.item_bytes = 0        # moving average of the bytes of arrays in a result
         self.run = -1              # number of the current run of the source (keys random ops)
+        # checkpoint bookkeeping (see ParallelMapData._get_position)
+        self.lo = 0                # every seq below it was handed over (or dropped)
+        self.done = set()          # seqs above lo handed over (unordered mode)
+        self.skip_send = set()     # after a resume: seqs not to send again (handed over before)
+        self.marks = collections.deque()   # (seq, run, index, source position) per chunk sent
+        self.track = None          # True, or why the source cannot say where it is
+        self.npass = 0             # non-strict: the pass being, or next to be, iterated
+        self.handled = 0           # non-strict: results handed over in that pass
+        self.in_pass = False
+        self.floor = 0             # non-strict: results of lower seqs are discarded (a load)
 
 
 class ParallelMapData(ProxyDataFlow):
@@ -133,6 +144,7 @@ class ParallelMapData(ProxyDataFlow):
         self._exec = None
         self._finalizer = None
         self._state = None
+        self._resume = None                # a position loaded by load_state_dict, not yet used
         self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
         tell_parallel(self, self)
         tell_label(self, map_func)
@@ -221,17 +233,26 @@ class ParallelMapData(ProxyDataFlow):
                 # Workers have enough to do: wait for room for a whole chunk rather than
                 # sending the scraps freed by the last few results.
                 return index, False
+            if st.track is True:
+                self._mark(index)
             items = []
+            seq, skip = st.next_seq, st.skip_send
             for dp in source:
-                items.append((st.next_seq + len(items), index, dp))
+                if skip and seq in skip:      # handed over before the resume: not again
+                    skip.discard(seq)
+                    seq += 1
+                    index += 1
+                    continue
+                items.append((seq, index, dp))
+                seq += 1
                 index += 1
                 if len(items) == n:
                     break
             if items:
                 ex.submit(st.run, items)      # may raise (a datapoint that cannot be sent)
-                st.next_seq += len(items)
-                for seq, i, _ in items:
-                    st.outstanding[seq] = i
+                for s, i, _ in items:
+                    st.outstanding[s] = i
+            st.next_seq = seq
             if len(items) < n:
                 return index, True
             room -= n
@@ -279,9 +300,9 @@ class ParallelMapData(ProxyDataFlow):
             if seq < first_seq:
                 continue
             if self.ordered:
-                st.held[seq] = (kind, value)
+                st.held[seq] = (seq, kind, value)
             else:
-                st.ready.append((kind, value))
+                st.ready.append((seq, kind, value))
         if self.ordered:
             while st.expect in st.held:
                 st.ready.append(st.held.pop(st.expect))
@@ -307,11 +328,19 @@ class ParallelMapData(ProxyDataFlow):
         st.ready.clear()
         st.expect = first
         policy = _ErrorPolicy(self, self._source_len())
-        source, index, exhausted = iter(self.ds), 0, False
+        source, index, exhausted = self._begin_run(first), 0, False
+        if self._resume is not None:
+            r, self._resume = self._resume, None
+            st.run, index = r["run"] - 1, r["index"]
         st.run += 1
+        st.in_pass = True
         while True:
             while st.ready:
-                kind, value = st.ready.popleft()
+                seq, kind, value = st.ready.popleft()
+                if seq == st.lo and not st.done:
+                    st.lo = seq + 1
+                else:
+                    self._handed(seq)
                 if kind == OK and policy.simple:
                     yield value
                 else:
@@ -324,6 +353,7 @@ class ParallelMapData(ProxyDataFlow):
                     not (st.outstanding and next(reversed(st.outstanding)) >= first):
                 break
             self._receive(first)
+        st.in_pass = False
         policy.finish()
 
     def _fill_endless(self):
@@ -352,22 +382,171 @@ class ParallelMapData(ProxyDataFlow):
         if target is None:
             target = st.run_len        # known once the source has ended one run
         policy = _ErrorPolicy(self, target)
-        handled = 0
+        if self._resume is not None:
+            # results still out from before the load (a live pipeline) are discarded
+            st.floor = st.expect = st.next_seq
+            st.ready.clear()
+            st.held.clear()
+            st.source = self._begin_run(st.next_seq)
+            r, self._resume = self._resume, None
+            st.npass, st.index, st.run = r["pass"], r["index"], r["run"]
+            handled = r["handled"]
+        else:
+            if st.in_pass:             # the previous pass was abandoned
+                st.npass += 1
+            if st.track is None:
+                st.track = self._trackable()
+            handled = 0
+        st.handled, st.in_pass = handled, True
         while target is None or handled < target:
             self._fill_endless()
             if target is None and st.run_len is not None:
                 target = policy.total = st.run_len
                 continue
             if not st.ready:
-                self._receive(0)
+                self._receive(st.floor)
             while st.ready and (target is None or handled < target):
-                kind, value = st.ready.popleft()
+                seq, kind, value = st.ready.popleft()
+                if seq == st.lo and not st.done:
+                    st.lo = seq + 1
+                else:
+                    self._handed(seq)
                 handled += 1
+                st.handled = handled
                 if kind == OK and policy.simple:
                     yield value
                 else:
                     yield from policy.handle(kind, value)
+        st.npass, st.handled, st.in_pass = st.npass + 1, 0, False
         policy.finish()
+
+    # -- checkpoint -------------------------------------------------------------------------
+    # The position is that of a map (dataflow.common.MapData writes the same keys): ``run`` and
+    # ``index`` of the first source datapoint whose result was not handed over yet (the
+    # watermark), ``src`` the source's position ``skip`` datapoints before it (at the start
+    # of the chunk it was sent in, recorded when the chunk was sent), ``done`` the ranges of
+    # later datapoints (relative to the watermark) already handed over, which an unordered
+    # map has; ``pass`` and ``handled``: this dataflow's pass and results handed over in it.
+    # Results that workers finished but the consumer did not take are not in it: a resume
+    # computes them again. Nothing here asks a worker anything.
+    def _begin_run(self, first):
+        """The source iterator of a pass (after a resume: just before its watermark)."""
+        st = self._state
+        if st.track is None:
+            st.track = self._trackable()
+        st.lo = first
+        st.marks.clear()
+        r = self._resume
+        if r is None:
+            st.done, st.skip_send = set(), set()
+            if self.strict:
+                self.ds._abandon()     # a new pass of ds (see DataFlow._abandon)
+            return iter(self.ds)
+        st.done = {first + o for a, b in r["done"] for o in range(a, b)}
+        st.skip_send = set(st.done)
+        return _ckpt.skipped(self.ds, r["skip"])
+
+    def _trackable(self):
+        get = getattr(self.ds, "_get_position", None)
+        if get is None:
+            return NotImplementedError(f"{type(self).__name__}: its source "
+                                       f"({type(self.ds).__name__}) cannot say where it is")
+        try:
+            get()
+        except NotImplementedError as e:
+            return e
+        return True
+
+    def _mark(self, index):
+        """Record where the source is before the chunk that starts at ``index``."""
+        st = self._state
+        marks = st.marks
+        while len(marks) > 1 and marks[1][0] <= st.lo:
+            marks.popleft()
+        marks.append((st.next_seq, st.run, index, self.ds._get_position()))
+
+    def _handed(self, seq):
+        """Note that the result of ``seq`` was handed over (out of order)."""
+        st = self._state
+        if seq != st.lo:
+            st.done.add(seq)
+            return
+        lo, done = seq + 1, st.done
+        while lo in done:
+            done.remove(lo)
+            lo += 1
+        st.lo = lo
+
+    def _get_position(self):
+        if self._resume is not None:
+            return self._resume
+        st = self._state
+        if st is not None and st.track is not None and st.track is not True:
+            raise st.track
+        strict = self.strict
+        if st is None or (strict and not st.in_pass) or not st.marks:
+            # nothing sent in this pass: the source is where the next pass starts
+            if st is None:
+                run, npass = 0, 0
+            elif strict:
+                run = npass = st.run + 1 if not st.in_pass else st.run
+            else:
+                run, npass = st.run + 1, st.npass
+            if self._trackable() is not True:
+                raise self._trackable()
+            return {"pass": npass, "run": run, "index": 0, "skip": 0, "done": [],
+                    "handled": 0 if st is None or strict else st.handled,
+                    "open": False if st is None or strict else st.in_pass,
+                    "src": self.ds._get_position()}
+        lo = st.lo
+        mark = st.marks[0]
+        for m in st.marks:
+            if m[0] > lo:
+                break
+            mark = m
+        seq0, run, index0, src = mark
+        skip = lo - seq0
+        return {"pass": st.run if strict else st.npass, "run": run, "index": index0 + skip,
+                "skip": skip, "done": _ckpt.ranges(s - lo for s in st.done),
+                "handled": index0 + skip if strict else st.handled, "open": st.in_pass,
+                "src": src}
+
+    def _set_position(self, position):
+        self._resume = position
+        self.ds._set_position(position["src"])
+
+    def _abandon(self):
+        """A strict pass dropped unfinished: the next starts the next run of the source; a
+        non-strict one: the next pass begins, with what is in flight carried over."""
+        r = self._resume
+        if r is not None:
+            if r.get("open", True):
+                if self.strict:
+                    self._resume = dict(r, run=r["run"] + 1, index=0, skip=0, done=[],
+                                        open=False)
+                    self._resume["pass"] = self._resume["run"]
+                    self.ds._abandon()
+                else:
+                    self._resume = dict(r, handled=0, open=False)
+                    self._resume["pass"] = r["pass"] + 1
+            return
+        st = self._state
+        if st is None or not st.in_pass:
+            return
+        st.in_pass = False
+        if self.strict:
+            self.ds._abandon()
+        else:
+            st.npass, st.handled = st.npass + 1, 0
+
+    def _fingerprint_name(self):
+        # an ordered strict map yields what MapData does, whatever the executor
+        return "MapData" if self.strict and self.ordered else "ParallelMapData"
+
+    def _fingerprint_params(self):
+        if self.strict and self.ordered:
+            return {}
+        return {"strict": self.strict, "ordered": self.ordered}
 
 
 class _ErrorPolicy:

@@ -6,8 +6,10 @@ dataflow (:class:`MultiThreadRunner`, :class:`MultiProcessRunner`) and
 Their rules are :class:`~.mapper.ParallelMapData`'s; each starts its executor through the
 registry (:func:`~.executors.make_executor`), or makes its threads itself.
 """
+import itertools
 import logging
 
+from .. import checkpoint as _ckpt
 from .. import config
 from .._helpers import available_cpus, check_int, dataflow_length, repeat_forever
 from ..collate import aggregate_batch
@@ -93,7 +95,7 @@ class _PlacedMapData(ParallelMapData):
                              start_method=None, max_restarts=self.max_restarts)
 
 
-class MultiThreadRunner(ParallelMapData):
+class MultiThreadRunner(_ckpt.CountedRunner, ParallelMapData):
     """Run ``num_thread`` copies of the dataflow returned by ``get_df()``, one per thread, and
     yield their datapoints in arrival order, at most ``num_prefetch`` ahead of the consumer.
 
@@ -127,6 +129,9 @@ class MultiThreadRunner(ParallelMapData):
         if self._state is None:
             return len(self.get_df())
         return len(self.ds)
+
+    def __iter__(self):
+        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner
 
 
 class MultiProcessMapData(ParallelMapData):
@@ -217,13 +222,38 @@ class _Groups:
     def __len__(self):
         return len(self.ds) // self.batch_size
 
+    _resumed = False
+
     def __iter__(self):
+        if not self._resumed:
+            return self._groups(repeat_forever(self.ds, "MultiProcessMapAndBatchData"))
+        # resumed: the first pass of ds may have nothing left (see checkpoint)
+        self._resumed = False
+        return self._groups(itertools.chain(self.ds, repeat_forever(
+            self.ds, "MultiProcessMapAndBatchData")))
+
+    def _groups(self, datapoints):
         group = []
-        for dp in repeat_forever(self.ds, "MultiProcessMapAndBatchData"):
+        for dp in datapoints:
             group.append(dp)
             if len(group) == self.batch_size:
                 yield group
                 group = []
+
+    # Between two groups nothing is held: the position is that of ds (the mapper records it
+    # between chunks, which are made of whole groups).
+    def _get_position(self):
+        return self.ds._get_position()
+
+    def _set_position(self, position):
+        self.ds._set_position(position)
+        self._resumed = True
+
+    def _abandon(self):
+        self.ds._abandon()
+
+    def _fingerprint_params(self):
+        return {"batch_size": self.batch_size}
 
 
 class _MapAndBatch:

@@ -1,0 +1,332 @@
+"""Checkpoint and resume: the envelope of ``DataFlow.state_dict()`` and the helpers dataflows
+use to say where they are.
+
+A dataflow's *position* is a small JSON value (ints, strings, lists, dicts) meaning "just after
+the last datapoint this dataflow returned to its caller", its pass number included. The public
+methods (:meth:`dataflow.DataFlow.state_dict` and ``load_state_dict``) wrap the position of the
+outermost dataflow with a format version and a *fingerprint* of the pipeline (class names and
+the parameters that change the stream: batch sizes, buffer sizes, shuffling, the global seed;
+never the number of workers or the executor), and check both on load. How a dataflow implements
+its position is described in :mod:`dataflow.base` (``_get_position`` /
+``_set_position`` / ``_fingerprint_params``).
+
+``base`` imports this module; it imports only ``dataflow.rng`` (inside the two functions that
+need the global seed).
+"""
+import numpy as np
+
+__all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
+           "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
+           "CountedRunner", "refill", "base_seed", "keyed_permutation", "keyed_generator"]
+
+#: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
+STATE_FORMAT = 1
+
+#: key that marks the position of a source that can only be fast-forwarded by re-iterating
+REPLAY = "replay_of"
+
+
+# -- fingerprint --------------------------------------------------------------------------------
+def _inputs(df):
+    """The dataflows ``df`` reads from, in a fixed order: ``df.ds``, then ``df.df_lists``."""
+    found = []
+    ds = getattr(df, "ds", None)
+    if ds is not None:
+        found.append(ds)
+    for item in getattr(df, "df_lists", None) or ():
+        found.append(item[0] if isinstance(item, (tuple, list)) else item)
+    return found
+
+
+def fingerprint(df):
+    """The structure of the pipeline ending at ``df``: ``{"class", "params", "inputs"}``, nested.
+    ``class`` is ``df._fingerprint_name()`` (a parallel map reports the same name whatever its
+    executor), ``params`` what ``df._fingerprint_params()`` returns."""
+    name_of = getattr(df, "_fingerprint_name", None)
+    params_of = getattr(df, "_fingerprint_params", None)
+    return {"class": name_of() if callable(name_of) else type(df).__name__,
+            "params": params_of() if callable(params_of) else {},
+            "inputs": [fingerprint(d) for d in _inputs(df)]}
+
+
+def _first_difference(saved, here, path):
+    """A sentence naming the first difference between two fingerprints, or ``None``."""
+    where = " > ".join(path + [here.get("class", "?")])
+    if saved.get("class") != here.get("class"):
+        return (f"at {' > '.join(path + ['?']) if path else 'the top'}: the state is of "
+                f"{saved.get('class')!r}, this pipeline has {here.get('class')!r}")
+    sp, hp = saved.get("params", {}), here.get("params", {})
+    for key in sorted(set(sp) | set(hp)):
+        if sp.get(key) != hp.get(key):
+            return (f"at {where}: parameter {key!r} is {sp.get(key)!r} in the state, "
+                    f"{hp.get(key)!r} in this pipeline")
+    si, hi = saved.get("inputs", []), here.get("inputs", [])
+    if len(si) != len(hi):
+        return (f"at {where}: the state has {len(si)} input dataflow(s), this pipeline "
+                f"{len(hi)}")
+    for k, (a, b) in enumerate(zip(si, hi)):
+        d = _first_difference(a, b, path + [f"{here.get('class')}[{k}]"])
+        if d is not None:
+            return d
+    return None
+
+
+# -- envelope -----------------------------------------------------------------------------------
+def _find_replay(state):
+    """The name of the first source in ``state`` whose position needs replay, or ``None``."""
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, dict):
+            if REPLAY in s:
+                return s[REPLAY]
+            stack.extend(s.values())
+        elif isinstance(s, list):
+            stack.extend(s)
+    return None
+
+
+def envelope(df, replay=False):
+    """What ``df.state_dict(replay=...)`` returns."""
+    from .rng import get_seed
+    state = df._get_position()
+    if not replay:
+        name = _find_replay(state)
+        if name is not None:
+            raise NotImplementedError(
+                f"{name} cannot say where it is, so {type(df).__name__}.state_dict() cannot "
+                f"record an exact position. Pass replay=True to record how many datapoints it "
+                f"produced instead: load_state_dict() then fast-forwards it by re-iterating, "
+                f"which is exact only if {name} yields the same datapoints every time.")
+    return {"format_version": STATE_FORMAT, "seed": get_seed(),
+            "fingerprint": fingerprint(df), "state": state}
+
+
+def unwrap(df, state):
+    """Check the envelope ``state`` against ``df``; return the position inside it."""
+    from .rng import get_seed
+    if not isinstance(state, dict) or "format_version" not in state \
+            or "fingerprint" not in state or "state" not in state:
+        raise ValueError(f"{type(df).__name__}.load_state_dict: not a dataflow state "
+                         f"(a dict from state_dict(), with 'format_version', 'fingerprint' "
+                         f"and 'state'), got {type(state).__name__}")
+    # "format" and "version" are read too, so that a state edited by hand under either name
+    # is refused rather than silently loaded
+    for key in ("format_version", "format", "version"):
+        if key in state and state[key] != STATE_FORMAT:
+            raise ValueError(f"{type(df).__name__}.load_state_dict: unknown state format "
+                             f"version {state[key]!r}; this version of dataflow reads format "
+                             f"version {STATE_FORMAT}")
+    diff = _first_difference(state["fingerprint"], fingerprint(df), [])
+    if diff is not None:
+        raise ValueError(f"{type(df).__name__}.load_state_dict: the state was saved from a "
+                         f"different pipeline, {diff}")
+    if state.get("seed") != get_seed():
+        raise ValueError(f"{type(df).__name__}.load_state_dict: the state was saved with "
+                         f"dataflow.set_seed({state.get('seed')!r}), this process has "
+                         f"set_seed({get_seed()!r}); call set_seed first")
+    return state["state"]
+
+
+# -- sources ------------------------------------------------------------------------------------
+class PassPosition:
+    """Bookkeeping of a source's position, mixed into a dataflow: ``_pass`` (the pass being, or
+    next to be, iterated), ``_pos`` (datapoints returned in it) and ``_in_pass``.
+
+    ``__iter__`` calls :meth:`_begin_pass` (which applies a loaded position, or starts the next
+    pass when the previous one was abandoned) when it is called, not in the generator it
+    returns (so an iterator made and dropped unstarted still counts as a pass), the generator
+    sets ``self._pos`` before every ``yield`` and calls :meth:`_end_pass` after its last
+    datapoint."""
+
+    _pass = 0
+    _pos = 0
+    _in_pass = False
+    _resume = None
+
+    def _reset_position(self):
+        self._pass, self._pos, self._in_pass = 0, 0, False
+
+    def _begin_pass(self):
+        """Returns ``(pass, first position)`` of the pass this ``__iter__`` runs."""
+        r = self._resume
+        if r is not None:
+            self._resume = None
+            self._pass, self._pos = r["pass"], r["pos"]
+        elif self._in_pass:             # the previous pass was abandoned: start the next one
+            self._pass, self._pos = self._pass + 1, 0
+        else:
+            self._pos = 0
+        self._in_pass = True
+        return self._pass, self._pos
+
+    def _end_pass(self):
+        self._pass, self._pos, self._in_pass = self._pass + 1, 0, False
+
+    def _get_position(self):
+        if self._resume is not None:
+            return dict(self._resume)
+        return {"pass": self._pass, "pos": self._pos, "open": self._in_pass}
+
+    def _set_position(self, state):
+        self._resume = {"pass": int(state["pass"]), "pos": int(state["pos"]),
+                        "open": bool(state.get("open", True))}
+
+    def _abandon(self):
+        r = self._resume
+        if r is not None:
+            self._resume = None
+            self._pass, self._pos, self._in_pass = r["pass"], r["pos"], r["open"]
+        if self._in_pass:
+            PassPosition._end_pass(self)     # (also used by classes that do not inherit it)
+
+
+def replay_counted(df, make_iterator):
+    """The datapoints of ``make_iterator()`` for one pass of ``df`` (a :class:`PassPosition`),
+    counted, so that its position can be recorded as a count; a loaded position is reached by
+    skipping that many datapoints (replay)."""
+    _, start = PassPosition._begin_pass(df)      # at iter(), as PassPosition says
+    return _counted(df, make_iterator, start)
+
+
+def _counted(df, make_iterator, start):
+    it = iter(make_iterator())
+    for _ in range(start):
+        if next(it, _END) is _END:
+            break
+    pos = start
+    for dp in it:
+        pos += 1
+        df._pos = pos
+        yield dp
+    PassPosition._end_pass(df)
+
+
+_END = object()
+
+
+def replay_state(df):
+    """The position of a :func:`replay_counted` source, marked as needing replay."""
+    s = PassPosition._get_position(df)
+    s[REPLAY] = type(df).__name__
+    return s
+
+
+def replay_abandon(df):
+    PassPosition._abandon(df)
+
+
+replay_state.replay_default = True
+
+
+def skipped(ds, n):
+    """``iter(ds)`` after its next ``n`` datapoints were read and dropped (at most ``n``: fewer
+    if the pass ends first)."""
+    it = iter(ds)
+    for _ in range(n):
+        if next(it, _END) is _END:
+            break
+    return it
+
+
+def ranges(values):
+    """Sorted ints as ``[[start, stop], ...]`` ranges."""
+    out = []
+    for v in sorted(values):
+        if out and out[-1][1] == v:
+            out[-1][1] = v + 1
+        else:
+            out.append([v, v + 1])
+    return out
+
+
+class CountedRunner:
+    """Mixed into the runners (before ``ParallelMapData``): their workers run independent
+    copies of a dataflow and hand over datapoints in the order they finish, so the only
+    position there is is how many datapoints the pass handed over. It is recorded as a replay
+    position (``state_dict()`` raises unless ``replay=True``), and a resume fast-forwards by
+    dropping that many datapoints: exact only with one worker and a deterministic dataflow.
+    The runner's ``__iter__`` returns ``self._replaying(<its iterator>)``."""
+
+    _replay = None
+
+    def _get_position(self):
+        if self._replay is not None:
+            return dict(self._replay)
+        st = self._state
+        npass, pos = (st.npass, st.handled if st.in_pass else 0) if st is not None else (0, 0)
+        return {"pass": npass, "pos": pos, REPLAY: type(self).__name__}
+
+    def _set_position(self, position):
+        self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
+                        REPLAY: type(self).__name__}
+
+    def _replaying(self, it):
+        r, self._replay = self._replay, None
+        return it if r is None else self._fast_forward(it, r)
+
+    def _fast_forward(self, it, r):
+        skip, started = r["pos"], False
+        for dp in it:
+            if not started:               # the pass state exists once the pass has started
+                self._state.npass, started = r["pass"], True
+            if skip:
+                skip -= 1
+                continue
+            yield dp
+
+
+# -- buffers of datapoints, kept as keys --------------------------------------------------------
+def refill(source, keys, resume_at):
+    """Read again the datapoints whose keys are given, and leave ``source`` at ``resume_at``.
+
+    ``keys`` is a list of ``(step, position)``: datapoint number ``step`` was read when the
+    source was at ``position``. Consecutive steps are read in one go from the first one's
+    position, so exactly ``len(keys)`` datapoints are read. Returns ``{step: datapoint}``."""
+    out = {}
+    steps = sorted(set(k for k, _ in keys))
+    pos_of = dict(keys)
+    i = 0
+    while i < len(steps):
+        j = i
+        while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
+            j += 1
+        source._set_position(pos_of[steps[i]])
+        it = iter(source)
+        for step in steps[i:j + 1]:
+            dp = next(it, _END)
+            if dp is _END:
+                raise ValueError(f"{type(source).__name__} ended while its datapoint {step} "
+                                 "was being read again to restore a buffer: the source does "
+                                 "not produce the same datapoints as when the state was saved")
+            out[step] = dp
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+        i = j + 1
+    source._set_position(resume_at)
+    return out
+
+
+# -- keyed random streams -----------------------------------------------------------------------
+def base_seed(df):
+    """``df._base``, the seed of ``df``'s keyed streams, drawn once from ``df.rng``; ``None``
+    while ``df`` has no random state yet (before ``reset_state``), in which case a position
+    leaves it out and the resumed dataflow draws it from its own ``rng``, as this one will."""
+    if df._base is None and df.rng is not None:
+        df._base = int(df.rng.randint(2**31))
+    return df._base
+
+
+def optional_int(value):
+    """``value`` as an int, or ``None``."""
+    return None if value is None else int(value)
+
+def keyed_generator(base, *key):
+    """A ``numpy.random.Generator`` that is a pure function of ``base`` and ``key``."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(base, spawn_key=key)))
+
+
+def keyed_permutation(base, pass_number, n):
+    """The permutation of ``range(n)`` for pass ``pass_number`` of a shuffled source."""
+    return keyed_generator(base, pass_number).permutation(n)
