@@ -197,10 +197,10 @@ def main(argv=None):
                               file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    print(report(results, workloads, systems, measures), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    print(report(results, workloads, systems, measures))
     return 0
 
 
