@@ -58,3 +58,11 @@ def repeat_forever(df, who):
             yield dp
         if not got:
             raise empty_pass_error(who, df)
+
+
+def func_name(func):
+    """A function's name for messages: the wrapped function's qualified name, else its
+    ``__name__``, else the name of its type (a callable object)."""
+    func = getattr(func, "__wrapped__", func)
+    return (getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+            or type(func).__name__)

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
-from ._helpers import empty_pass_error, repeat_forever
+from ._helpers import dataflow_length, empty_pass_error, func_name, repeat_forever
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -31,18 +31,6 @@ __all__ = ["TestDataSpeed", "PrintData", "BatchData", "BatchDataByShape", "Fixed
 logger = logging.getLogger(__name__)
 
 _EMPTY = object()
-
-
-def _len_or_none(df):
-    try:
-        return len(df)
-    except NotImplementedError:
-        return None
-
-
-def _func_name(func):
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-    return name if name is not None else repr(func)
 
 
 class TestDataSpeed(ProxyDataFlow):
@@ -173,7 +161,7 @@ class BatchData(ProxyDataFlow):
             raise ValueError(f"BatchData: batch_size must be a positive int, got {batch_size!r}")
         self.batch_size = int(batch_size)
         if not remainder:
-            n = _len_or_none(ds)
+            n = dataflow_length(ds)
             if n is not None and self.batch_size > n:
                 raise ValueError(
                     f"BatchData: batch_size={self.batch_size} is larger than the dataflow "
@@ -584,7 +572,7 @@ class MapData(ProxyDataFlow):
             if ret.__class__ is GeneratorType:
                 ret.close()
                 raise TypeError(
-                    f"{type(self).__name__}: the function {_func_name(func)} returned a "
+                    f"{type(self).__name__}: the function {func_name(func)} returned a "
                     f"generator for datapoint {cursor[1]} of this pass. It must return a datapoint "
                     "(or None to drop it); did it use 'yield' instead of 'return'?")
             yield ret
@@ -657,7 +645,7 @@ class MapDataComponent(MapData):
             return None
         if inspect.isgenerator(r):
             r.close()
-            raise TypeError(f"MapDataComponent: the function {_func_name(self._func)} returned "
+            raise TypeError(f"MapDataComponent: the function {func_name(self._func)} returned "
                             f"a generator for component {self._index!r}; it must return a value "
                             "(or None to drop the datapoint).")
         dp = copy(dp)
@@ -1003,7 +991,7 @@ class JoinData(DataFlow):
 
     def __init__(self, df_lists):
         self.df_lists = df_lists
-        lens = [_len_or_none(d) for d in df_lists]
+        lens = [dataflow_length(d) for d in df_lists]
         if None not in lens and len(set(lens)) > 1:
             logger.warning("JoinData: the dataflows to join have different lengths %s; "
                            "the joined dataflow stops at the shortest.", lens)

@@ -30,8 +30,9 @@ The rules, in the spirit of tf.data's AUTOTUNE:
 Limits: at least ``min_workers`` (1) and at most the CPUs available to the process
 (``os.sched_getaffinity``).
 """
-import os
 import time
+
+from .._helpers import available_cpus
 
 __all__ = ["AutoTuner", "available_cpus"]
 
@@ -45,14 +46,6 @@ MIN_RESULTS = 8           # a window needs this many results (or 10 windows' tim
 SETTLE_WINDOWS = 3        # quiet windows after which the tuner reports itself settled
 MAX_DECISIONS = 100       # decisions kept for the statistics
 CEILING_HOLD = 30.0       # seconds a ceiling holds at first (then 60, 120, ... 1800)
-
-
-def available_cpus():
-    """The number of CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:          # not Linux
-        return os.cpu_count() or 1
 
 
 def _gain_needed(before):

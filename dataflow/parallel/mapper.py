@@ -663,7 +663,7 @@ def _parallel_figures(m, wall):
     out["errors_skipped"] = m.num_skipped
     out["errors_replaced"] = m.num_replaced
     out["restarts"] = getattr(ex, "restarts", 0)
-    if any("shm_bytes" in w for w in workers) or hasattr(ex, "shm_bytes"):
+    if any("shm_bytes" in w for w in workers) or getattr(ex, "shm_bytes", None) is not None:
         total = getattr(ex, "shm_bytes", None)
         if total is None:
             total = sum(w.get("shm_bytes", 0) for w in workers)
@@ -689,6 +689,6 @@ def _reset_parallel(m):
             base[w["key"]] = (w["busy_s"], now)
             if "shm_bytes" in w:
                 base[("shm", w["key"])] = w["shm_bytes"]
-        if hasattr(ex, "shm_bytes"):
+        if getattr(ex, "shm_bytes", None) is not None:
             base["shm_total"] = ex.shm_bytes
     m._worker_base = base

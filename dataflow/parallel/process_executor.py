@@ -23,7 +23,7 @@ import zmq
 
 from .. import config, rng
 from .._helpers import check_int
-from .protocol import CLOSED_WHILE_ITERATING, PROCESS
+from .protocol import CLOSED_WHILE_ITERATING, PROCESS, Executor
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
@@ -89,7 +89,7 @@ class _Worker:
         return ", ".join(f"#{i}" for i in held[:20]) + (" ..." if len(held) > 20 else "")
 
 
-class ProcessExecutor:
+class ProcessExecutor(Executor):
     """``num_workers`` processes, each running ``make_func(worker_id)`` once and then the map
     function it returns on every chunk sent to it.
 

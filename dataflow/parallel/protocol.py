@@ -22,6 +22,7 @@ import types
 
 import numpy as np
 
+from .._helpers import func_name
 from ..rng import set_datapoint_key
 from . import cvthreads
 
@@ -213,11 +214,6 @@ def unpack_exception(data):
 _DATAPOINT_TYPES = (list, tuple, dict, np.ndarray)
 
 
-def func_name(func):
-    func = getattr(func, "__wrapped__", func)
-    return getattr(func, "__qualname__", None) or type(func).__name__
-
-
 def _bad_result(func, index, result):
     if isinstance(result, (types.GeneratorType, types.AsyncGeneratorType)):
         what = "a generator"
@@ -283,12 +279,19 @@ class Executor:
     * ``close()``: stop the workers promptly (well under 100 ms) and release everything;
       idempotent, safe to call from a finalizer or at interpreter exit.
 
-    Optional, used when present: ``num_workers``; ``add_worker()`` and ``retire_worker()``
-    (resizing while running, needed for ``num_workers="auto"``); and for :func:`dataflow.stats`,
-    ``worker_stats()`` (a dict per worker: ``key``, ``id``, ``busy_s``, ``started``, ``ended``,
-    ``state``, optionally ``shm_bytes`` and ``pool_bytes``), ``restarts`` and ``shm_bytes``.
+    Optional capabilities, declared below with the defaults of an executor that lacks them:
+    ``num_workers``; ``add_worker()`` and ``retire_worker()`` (resizing while running, needed for
+    ``num_workers="auto"``); and for :func:`dataflow.stats`, ``worker_stats()`` (a dict per
+    worker: ``key``, ``id``, ``busy_s``, ``started``, ``ended``, ``state``, optionally
+    ``shm_bytes`` and ``pool_bytes``), ``restarts`` and ``shm_bytes``.
     """
     kind = None
+    num_workers = None      # workers running now, where the executor counts them
+    add_worker = None       # a method that starts one more worker, where it can resize
+    retire_worker = None    # a method that stops one worker, likewise
+    worker_stats = None     # a method returning the per-worker figures, for dataflow.stats
+    restarts = 0            # workers replaced after they died
+    shm_bytes = None        # shared memory the results brought, where they use it
 
     def submit(self, run, items):
         raise NotImplementedError

@@ -63,8 +63,8 @@ from .. import config, rng
 from .._helpers import available_cpus, check_int, check_positive_number
 from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
-from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, InlineExecutor, WorkerError,
-                       run_chunk)
+from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, Executor, InlineExecutor,
+                       WorkerError, run_chunk)
 from . import cvthreads
 from .supervisor import WorkerCrashedError, check_workers
 from .transport import pickle_error, unpickle_error
@@ -300,7 +300,7 @@ def _show(indices):
     return ", ".join(f"#{i}" for i in indices[:20]) + (" ..." if len(indices) > 20 else "")
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """``num_workers`` Ray actors, each running ``make_func(worker_id)`` once and then the map
     function it returns on every chunk sent to it (the :class:`~.protocol.Executor` contract).
 

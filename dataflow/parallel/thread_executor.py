@@ -14,7 +14,7 @@ import time
 import traceback
 
 from .. import config
-from .protocol import CLOSED_WHILE_ITERATING, THREAD, WorkerError, run_chunk
+from .protocol import CLOSED_WHILE_ITERATING, THREAD, Executor, WorkerError, run_chunk
 from . import cvthreads
 from .supervisor import check_workers
 
@@ -87,7 +87,7 @@ def _thread_main(wid, make_func, tasks, results, stop, watch):
         results.put(_Failed(WorkerError.from_exception(e, f"worker thread {wid}")))
 
 
-class ThreadExecutor:
+class ThreadExecutor(Executor):
     """``num_workers`` threads taking chunks from one queue (so work spreads by itself).
 
     The pool can be resized while it runs (autotuning): :meth:`add_worker` starts a thread,
