@@ -590,3 +590,62 @@ def test_missing_lmdb_names_the_extra(tmp_path, monkeypatch):
                  lambda: CaffeLMDB(str(tmp_path / "x.lmdb"))):
         with pytest.raises(ImportError, match=r"needs lmdb: pip install 'dataflow-rt\[formats\]'"):
             make()
+
+
+# -- checkpoint and resume (issue 18) ------------------------------------------------------------
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_lmdb_reads_resume_exactly_at_every_step(tmp_path, shuffle):
+    """A state taken after any number of datapoints (within a pass, after its last datapoint,
+    in the next pass) resumes so that consumed + resumed equals the uninterrupted stream."""
+    import json
+    import dataflow as D
+    n = 12
+    path = str(tmp_path / "ck.lmdb")
+    D.LMDBSerializer.save(D.DataFromList([[k, np.full(3, k)] for k in range(n)],
+                                         shuffle=False), path)
+
+    def build():
+        D.set_seed(7)
+        df = D.LMDBSerializer.load(path, shuffle=shuffle)
+        return df
+
+    df = build()
+    df.reset_state()
+    ref = [int(dp[0]) for _ in range(3) for dp in df]
+    df.close()
+    assert sorted(ref[:n]) == list(range(n)) and (ref[:n] == list(range(n))) != shuffle
+    for cut in range(0, 2 * n + 1):
+        df = build()
+        df.reset_state()
+        got, it = [], iter(df)
+        for _ in range(cut):
+            dp = next(it, None)
+            if dp is None:                  # the pass ended: the loop starts the next one
+                it = iter(df)
+                dp = next(it)
+            got.append(int(dp[0]))
+        state = json.loads(json.dumps(df.state_dict()))
+        df.close()
+        df = build()
+        df.load_state_dict(state)
+        df.reset_state()
+        for _ in range(2):                  # the rest of the interrupted pass, then the next
+            got += [int(dp[0]) for dp in df]
+        df.close()
+        end = max(n, ((cut - 1) // n + 1) * n)   # where the interrupted pass ends
+        assert got == ref[:end + n], cut
+    D.set_seed(None)
+
+
+def test_lmdb_state_of_another_shuffle_setting_is_refused(tmp_path):
+    import dataflow as D
+    path = str(tmp_path / "ck.lmdb")
+    D.LMDBSerializer.save(D.DataFromList([[k] for k in range(5)], shuffle=False), path)
+    a = D.LMDBSerializer.load(path, shuffle=False)
+    a.reset_state()
+    state = a.state_dict()
+    b = D.LMDBSerializer.load(path, shuffle=True)
+    with pytest.raises(ValueError, match="shuffle"):
+        b.load_state_dict(state)
+    a.close()
+    b.close()

@@ -38,6 +38,7 @@ import threading
 
 import numpy as np
 
+from .. import checkpoint as _ckpt
 from ..base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
 from ..common import MapData
 from ..raw import _guard_of, _require_rng
@@ -201,7 +202,7 @@ class _Env:
 
 
 # -- readers -------------------------------------------------------------------------------------
-class LMDBData(RNGDataFlow):
+class LMDBData(_ckpt.PassPosition, RNGDataFlow):
     """The records of an LMDB as ``[key, value]`` pairs of bytes (values not decoded).
 
     With ``shuffle=False`` a pass walks the keys in LMDB's order (byte order), skipping
@@ -214,7 +215,15 @@ class LMDBData(RNGDataFlow):
 
     The environment is shared with every other reader of the path in this process (see the
     module doc); ``close()`` releases this reader's use of it.
+
+    Checkpoint (``state_dict``): the position is the pass and the number of records returned in
+    it. A shuffled pass's order is a permutation keyed by a seed drawn once from ``self.rng``
+    and the pass number, so a resumed pass recomputes it and continues at once; a resumed
+    sequential pass skips the records already returned by walking keys only (no value is read
+    or decoded).
     """
+
+    _base = None            # the seed of the shuffled orders, drawn from self.rng
 
     def __init__(self, lmdb_path, shuffle=True, keys=None, *, allow_pickle=True):
         """
@@ -266,6 +275,23 @@ class LMDBData(RNGDataFlow):
         super().reset_state()
         self._guard = DataFlowReentrantGuard()
         self._take_env()
+        self._reset_position()
+        if self._resume is None:
+            self._base = None
+
+    def _get_position(self):
+        s = _ckpt.PassPosition._get_position(self)
+        if self.shuffle:
+            s.setdefault("base", _ckpt.base_seed(self))
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        if position.get("base") is not None:
+            self._base = int(position["base"])
+
+    def _fingerprint_params(self):
+        return {"len": self._size, "shuffle": bool(self.shuffle)}
 
     def _take_env(self):
         env = _Env.acquire(self.lmdb_path)
@@ -300,18 +326,42 @@ class LMDBData(RNGDataFlow):
     def _where(self, key):
         return f"LMDB {self.lmdb_path}, record {bytes(key)!r}"
 
-    def _pairs(self, txn):
-        """(key, value) of one pass in ``txn`` (values as the transaction gives them)."""
+    def _pairs(self, txn, p, start):
+        """(key, value) of pass ``p`` in ``txn`` from its ``start``-th record (values as the
+        transaction gives them)."""
         if self.shuffle:
+            _require_rng(self)
             keys = self.keys
-            _require_rng(self).shuffle(keys)
             get = txn.get
-            for k in keys:
+            for i in _ckpt.keyed_permutation(_ckpt.base_seed(self), p, len(keys))[start:]:
+                k = keys[i]
                 yield k, get(k)
         else:
-            for k, v in txn.cursor():
+            cursor = txn.cursor()
+            if start:
+                skip = start             # walk keys only up to the resumed position
+                more = cursor.first()
+                while more and skip:
+                    if cursor.key() != _KEYS:
+                        skip -= 1
+                    more = cursor.next()
+                if not more:
+                    return
+                pairs = cursor.iternext()
+            else:
+                pairs = cursor
+            for k, v in pairs:
                 if k != _KEYS:
                     yield k, v
+
+    def _counted(self, datapoints, start):
+        """``datapoints`` of a pass that began at ``start``, recording the position."""
+        pos = start
+        for dp in datapoints:
+            pos += 1
+            self._pos = pos
+            yield dp
+        self._end_pass()
 
     @contextlib.contextmanager
     def _reading(self):
@@ -323,23 +373,32 @@ class LMDBData(RNGDataFlow):
             raise LMDBFormatError(f"LMDB {self.lmdb_path}: {type(e).__name__}: {e}") from None
 
     def __iter__(self):
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        p, start = self._begin_pass()
+        return self._counted(self._raw_pass(p, start), start)
+
+    def _raw_pass(self, p, start):
         with _guard_of(self):
             env = self._env_here()
             with self._reading(), env.env.begin() as txn:
-                for k, v in self._pairs(txn):
+                for k, v in self._pairs(txn, p, start):
                     yield [k, v]
 
     def _decoded(self, allow_pickle):
         """The decoded values of one pass (what ``LMDBSerializer.load`` yields)."""
+        p, start = self._begin_pass()
+        return self._counted(self._decoded_pass(allow_pickle, p, start), start)
+
+    def _decoded_pass(self, allow_pickle, p, start):
         with _guard_of(self):
             env = self._env_here()
             with self._reading():
-                scan = None if self.shuffle else env.scan()
+                scan = None if self.shuffle or start else env.scan()
                 if scan is not None:        # sequential: the pages, read from our own map
                     yield from self._decode(scan, allow_pickle, None)
                     return
                 with env.env.begin(buffers=True) as txn:
-                    yield from self._decode(self._pairs(txn), allow_pickle, env)
+                    yield from self._decode(self._pairs(txn, p, start), allow_pickle, env)
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
@@ -402,6 +461,16 @@ class _DecodedLMDBData(DataFlow):
 
     def __iter__(self):
         return self.ds._decoded(self.allow_pickle)
+
+    # its position is its reader's (it adds no state of its own)
+    def _get_position(self):
+        return self.ds._get_position()
+
+    def _set_position(self, position):
+        self.ds._set_position(position)
+
+    def _abandon(self):
+        self.ds._abandon()
 
 
 class LMDBDataDecoder(MapData):
