@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
            "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
-           "CountedRunner", "refill", "base_seed", "keyed_permutation", "keyed_generator"]
+           "CountedRunner", "refill", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
 STATE_FORMAT = 1
@@ -179,6 +179,55 @@ class PassPosition:
             self._pass, self._pos, self._in_pass = r["pass"], r["pos"], r["open"]
         if self._in_pass:
             PassPosition._end_pass(self)     # (also used by classes that do not inherit it)
+
+
+class IndexedSource(PassPosition):
+    """The position of a random-access source of ``len(self)`` datapoints that a pass visits in
+    index order or, with ``self.shuffle``, in a permutation keyed by a seed drawn once from
+    ``self.rng`` and the pass number (no RNG state is stored: a resumed pass recomputes its
+    order and continues at once). The dataflow calls :meth:`_reset_indexed` in ``reset_state``,
+    :meth:`_pass_indices` in ``__iter__`` (not in its generator), and :meth:`_counted_items`
+    around the datapoints it makes from those indices."""
+
+    _base = None             # the seed of the shuffled orders, drawn from self.rng
+
+    def _reset_indexed(self):
+        self._reset_position()
+        if self._resume is None:
+            self._base = None
+
+    def _pass_indices(self):
+        """``(indices of this pass from its first unreturned datapoint, first position)``."""
+        p, start = self._begin_pass()
+        n = len(self)
+        if not self.shuffle:
+            return range(start, n), start
+        if self.rng is None:
+            raise RuntimeError(f"{type(self).__name__} has no random state: call reset_state() "
+                               "before iterating it.")
+        return keyed_permutation(base_seed(self), p, n)[start:], start
+
+    def _counted_items(self, items, start):
+        pos = start
+        for dp in items:
+            pos += 1
+            self._pos = pos
+            yield dp
+        self._end_pass()
+
+    def _get_position(self):
+        s = PassPosition._get_position(self)
+        if self.shuffle:
+            s.setdefault("base", base_seed(self))
+        return s
+
+    def _set_position(self, position):
+        PassPosition._set_position(self, position)
+        if position.get("base") is not None:
+            self._base = int(position["base"])
+
+    def _fingerprint_params(self):
+        return {"len": len(self), "shuffle": bool(self.shuffle)}
 
 
 def replay_counted(df, make_iterator):

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from . import checkpoint as _ckpt
 from .base import RNGDataFlow
 from .common import MapData, MapDataComponent
 from .ops.augment import as_augmentor_list, augmentors_native
@@ -176,7 +177,7 @@ class _AugmentComponents(Op):
         return self.handler.run(self._augment, dp)
 
 
-class ImageFromFile(RNGDataFlow):
+class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
     """Produce ``[image]`` for each image file in ``files``.
 
     ``channel=3`` gives an ``H x W x 3`` uint8 image in **RGB** order (as tensorpack, unlike
@@ -225,16 +226,15 @@ class ImageFromFile(RNGDataFlow):
             im = im[:, :, np.newaxis]
         return im
 
+    def reset_state(self):
+        super().reset_state()
+        self._reset_indexed()
+
     def __iter__(self):
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        indices, start = self._pass_indices()
         files = self.files
-        if self.shuffle:
-            if self.rng is None:
-                raise RuntimeError("ImageFromFile(shuffle=True): call reset_state() before "
-                                   "iterating")
-            files = list(files)
-            self.rng.shuffle(files)
-        for f in files:
-            yield [self._read(f)]
+        return self._counted_items(([self._read(files[k])] for k in indices), start)
 
 
 class AugmentImageComponent(MapDataComponent):

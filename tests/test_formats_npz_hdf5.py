@@ -278,3 +278,32 @@ def test_import_dataflow_imports_no_optional_dependency():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_hdf5data_resumes_exactly(tmp_path, shuffle):
+    """Checkpoint (issue 18): a state taken mid-pass continues that pass, then the next."""
+    import json
+    import dataflow as D
+    path = str(tmp_path / "ck.h5")
+    D.HDF5Serializer.save(D.DataFromList([[k, np.full(2, k)] for k in range(9)], shuffle=False),
+                          path, ["a", "b"])
+
+    def build():
+        D.set_seed(5)
+        df = D.HDF5Data(path, ["a", "b"], shuffle=shuffle)
+        df.reset_state()
+        return df
+
+    df = build()
+    ref = [int(dp[0]) for _ in range(2) for dp in df]
+    df = build()
+    it = iter(df)
+    got = [int(next(it)[0]) for _ in range(4)]
+    state = json.loads(json.dumps(df.state_dict()))
+    df = build()
+    df.load_state_dict(state)
+    got += [int(dp[0]) for _ in range(2) for dp in df]
+    D.set_seed(None)
+    assert got == ref
+    assert (ref[:9] == list(range(9))) != shuffle

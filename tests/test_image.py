@@ -429,3 +429,32 @@ def test_runner_copies_draw_their_own_random_numbers():
 def _endless(df):
     while True:
         yield from df
+
+
+def test_image_from_file_resumes_exactly(tmp_path):
+    """Checkpoint (issue 18): a shuffled ImageFromFile resumes its pass where it stopped."""
+    import json
+    import cv2
+    files = []
+    for k in range(6):
+        f = str(tmp_path / f"{k}.png")
+        cv2.imwrite(f, np.full((2, 3, 3), k, np.uint8))
+        files.append(f)
+
+    def build():
+        set_seed(9)
+        df = ImageFromFile(files, shuffle=True)
+        df.reset_state()
+        return df
+
+    df = build()
+    ref = [int(dp[0][0, 0, 0]) for _ in range(2) for dp in df]
+    df = build()
+    it = iter(df)
+    got = [int(next(it)[0][0, 0, 0]) for _ in range(4)]
+    state = json.loads(json.dumps(df.state_dict()))
+    df = build()
+    df.load_state_dict(state)
+    got += [int(dp[0][0, 0, 0]) for _ in range(2) for dp in df]
+    set_seed(None)
+    assert got == ref and sorted(ref[:6]) == list(range(6))

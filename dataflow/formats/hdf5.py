@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
+from .. import checkpoint as _ckpt
 from ..base import RNGDataFlow
-from ..raw import _require_rng
 from ._files import require, write_aside
 
 __all__ = ["HDF5Serializer", "HDF5Data"]
@@ -20,7 +20,7 @@ def _h5py(user):
     return require("h5py", user, "formats")
 
 
-class HDF5Data(RNGDataFlow):
+class HDF5Data(_ckpt.IndexedSource, RNGDataFlow):
     """The datapoints of an HDF5 file: datapoint ``k`` is ``[f[p][k] for p in data_paths]``
     (rows of the datasets; numpy scalars for 1-D datasets).
 
@@ -69,12 +69,15 @@ class HDF5Data(RNGDataFlow):
     def __len__(self):
         return self._size
 
+    def reset_state(self):
+        super().reset_state()
+        self._reset_indexed()
+
     def __iter__(self):
-        idxs = np.arange(self._size)
-        if self.shuffle:
-            _require_rng(self).shuffle(idxs)
-        for k in idxs:
-            yield [d[k] for d in self.dps]
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        indices, start = self._pass_indices()
+        dps = self.dps
+        return self._counted_items(([d[k] for d in dps] for k in indices), start)
 
 
 class HDF5Serializer:

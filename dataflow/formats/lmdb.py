@@ -41,7 +41,7 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from ..base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
 from ..common import MapData
-from ..raw import _guard_of, _require_rng
+from ..raw import _guard_of
 from . import _lmdbscan, codec
 from ._files import require
 
@@ -202,7 +202,7 @@ class _Env:
 
 
 # -- readers -------------------------------------------------------------------------------------
-class LMDBData(_ckpt.PassPosition, RNGDataFlow):
+class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
     """The records of an LMDB as ``[key, value]`` pairs of bytes (values not decoded).
 
     With ``shuffle=False`` a pass walks the keys in LMDB's order (byte order), skipping
@@ -222,8 +222,6 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
     sequential pass skips the records already returned by walking keys only (no value is read
     or decoded).
     """
-
-    _base = None            # the seed of the shuffled orders, drawn from self.rng
 
     def __init__(self, lmdb_path, shuffle=True, keys=None, *, allow_pickle=True):
         """
@@ -275,23 +273,7 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
         super().reset_state()
         self._guard = DataFlowReentrantGuard()
         self._take_env()
-        self._reset_position()
-        if self._resume is None:
-            self._base = None
-
-    def _get_position(self):
-        s = _ckpt.PassPosition._get_position(self)
-        if self.shuffle:
-            s.setdefault("base", _ckpt.base_seed(self))
-        return s
-
-    def _set_position(self, position):
-        _ckpt.PassPosition._set_position(self, position)
-        if position.get("base") is not None:
-            self._base = int(position["base"])
-
-    def _fingerprint_params(self):
-        return {"len": self._size, "shuffle": bool(self.shuffle)}
+        self._reset_indexed()
 
     def _take_env(self):
         env = _Env.acquire(self.lmdb_path)
@@ -326,14 +308,14 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
     def _where(self, key):
         return f"LMDB {self.lmdb_path}, record {bytes(key)!r}"
 
-    def _pairs(self, txn, p, start):
-        """(key, value) of pass ``p`` in ``txn`` from its ``start``-th record (values as the
-        transaction gives them)."""
+    def _pairs(self, txn, indices, start):
+        """(key, value) of a pass in ``txn`` from its ``start``-th record (values as the
+        transaction gives them); a shuffled pass visits ``self.keys[i]`` for ``i`` in
+        ``indices``."""
         if self.shuffle:
-            _require_rng(self)
             keys = self.keys
             get = txn.get
-            for i in _ckpt.keyed_permutation(_ckpt.base_seed(self), p, len(keys))[start:]:
+            for i in indices:
                 k = keys[i]
                 yield k, get(k)
         else:
@@ -354,15 +336,6 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
                 if k != _KEYS:
                     yield k, v
 
-    def _counted(self, datapoints, start):
-        """``datapoints`` of a pass that began at ``start``, recording the position."""
-        pos = start
-        for dp in datapoints:
-            pos += 1
-            self._pos = pos
-            yield dp
-        self._end_pass()
-
     @contextlib.contextmanager
     def _reading(self):
         """Errors of LMDB or of the page scan, as LMDBFormatError naming the file."""
@@ -374,22 +347,22 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
 
     def __iter__(self):
         # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
-        p, start = self._begin_pass()
-        return self._counted(self._raw_pass(p, start), start)
+        indices, start = self._pass_indices()
+        return self._counted_items(self._raw_pass(indices, start), start)
 
-    def _raw_pass(self, p, start):
+    def _raw_pass(self, indices, start):
         with _guard_of(self):
             env = self._env_here()
             with self._reading(), env.env.begin() as txn:
-                for k, v in self._pairs(txn, p, start):
+                for k, v in self._pairs(txn, indices, start):
                     yield [k, v]
 
     def _decoded(self, allow_pickle):
         """The decoded values of one pass (what ``LMDBSerializer.load`` yields)."""
-        p, start = self._begin_pass()
-        return self._counted(self._decoded_pass(allow_pickle, p, start), start)
+        indices, start = self._pass_indices()
+        return self._counted_items(self._decoded_pass(allow_pickle, indices, start), start)
 
-    def _decoded_pass(self, allow_pickle, p, start):
+    def _decoded_pass(self, allow_pickle, indices, start):
         with _guard_of(self):
             env = self._env_here()
             with self._reading():
@@ -398,7 +371,7 @@ class LMDBData(_ckpt.PassPosition, RNGDataFlow):
                     yield from self._decode(scan, allow_pickle, None)
                     return
                 with env.env.begin(buffers=True) as txn:
-                    yield from self._decode(self._pairs(txn, p, start), allow_pickle, env)
+                    yield from self._decode(self._pairs(txn, indices, start), allow_pickle, env)
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
