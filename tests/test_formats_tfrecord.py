@@ -230,3 +230,31 @@ def test_import_dataflow_imports_no_optional_dependency():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("size", [None, 5, 11])
+def test_tfrecord_reads_resume_exactly(tmp_path, size):
+    """Checkpoint (issue 18): a state taken mid-pass resumes at the next record (seeking to its
+    byte offset), with or without ``size``."""
+    import json
+    import dataflow as D
+    path = str(tmp_path / "ck.tfrecord")
+    D.TFRecordSerializer.save(D.DataFromList([[k, np.full(k, k)] for k in range(8)],
+                                             shuffle=False), path)
+
+    def build():
+        df = D.TFRecordSerializer.load(path, size=size)
+        df.reset_state()
+        return df
+
+    df = build()
+    ref = [int(dp[0]) for _ in range(2) for dp in df]
+    for cut in (1, 3):
+        df = build()
+        it = iter(df)
+        got = [int(next(it)[0]) for _ in range(cut)]
+        state = json.loads(json.dumps(df.state_dict()))
+        df = build()
+        df.load_state_dict(state)
+        got += [int(dp[0]) for _ in range(2) for dp in df]
+        assert got == ref, (cut, got, ref)

@@ -18,6 +18,7 @@ import mmap
 import os
 import struct
 
+from .. import checkpoint as _ckpt
 from ..base import DataFlow
 from ..common import FixedSizeData
 from ..raw import _guard_of
@@ -45,9 +46,13 @@ def masked_crc32c(data, crc32c=None):
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-class TFRecordData(DataFlow):
+class TFRecordData(_ckpt.PassPosition, DataFlow):
     """The decoded datapoints of a TFRecord file, read from the start on every pass.
-    ``len()`` is unknown (``NotImplementedError``): a TFRecord file does not record its count."""
+    ``len()`` is unknown (``NotImplementedError``): a TFRecord file does not record its count.
+    Its position (``state_dict``) is the pass, the records returned and the byte offset of the
+    next one, so a resumed pass seeks straight there."""
+
+    _offset = 0              # byte offset of the next record of the running pass
 
     def __init__(self, path, *, allow_pickle=True):
         self.path = os.fspath(path)
@@ -60,17 +65,38 @@ class TFRecordData(DataFlow):
         raise NotImplementedError(f"the TFRecord file {self.path} does not record how many "
                                   "datapoints it holds: pass size= to TFRecordSerializer.load")
 
+    def reset_state(self):
+        self._reset_position()
+
+    def _get_position(self):
+        s = _ckpt.PassPosition._get_position(self)
+        if self._resume is None:
+            s["offset"] = self._offset if self._in_pass else 0
+        return s
+
+    def _set_position(self, position):
+        _ckpt.PassPosition._set_position(self, position)
+        self._resume["offset"] = int(position.get("offset", 0))
+
     def __iter__(self):
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        r = self._resume
+        offset = r["offset"] if r is not None else 0
+        _, index = self._begin_pass()
+        self._offset = offset = offset if index else 0
+        return self._records(index, offset)
+
+    def _records(self, index, pos):
         crc32c = _crc32c("TFRecordSerializer")
         loads, allow_pickle = codec.loads, self.allow_pickle
         with _guard_of(self):
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size == 0:
+                    self._end_pass()
                     return
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             buf = memoryview(mm)
-            pos, index = 0, 0
             while pos < size:
                 where = f"TFRecord {self.path}, record {index} (byte offset {pos})"
                 if pos + 12 > size:
@@ -93,7 +119,9 @@ class TFRecordData(DataFlow):
                 except (codec.DecodeError, codec.PickleRefusedError) as e:
                     raise type(e)(f"{where}: {e}") from None
                 pos, index = end + 4, index + 1
+                self._pos, self._offset = index, pos
                 yield dp
+            self._end_pass()
 
 
 class TFRecordSerializer:
