@@ -39,7 +39,7 @@ import threading
 import numpy as np
 
 from .. import checkpoint as _ckpt
-from ..base import DataFlow, DataFlowReentrantGuard, RNGDataFlow
+from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from ..common import MapData
 from ..raw import _guard_of
 from . import _lmdbscan, codec
@@ -418,32 +418,16 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         yield from dps
 
 
-class _DecodedLMDBData(DataFlow):
+class _DecodedLMDBData(ProxyDataFlow):
     """What ``LMDBSerializer.load`` returns: the decoded datapoints of an :class:`LMDBData`
-    (``self.ds``), in its order."""
+    (``self.ds``), in its order; its position is its reader's."""
 
     def __init__(self, ds, allow_pickle):
-        self.ds = ds
+        super().__init__(ds)
         self.allow_pickle = allow_pickle
-
-    def reset_state(self):
-        self.ds.reset_state()
-
-    def __len__(self):
-        return len(self.ds)
 
     def __iter__(self):
         return self.ds._decoded(self.allow_pickle)
-
-    # its position is its reader's (it adds no state of its own)
-    def _get_position(self):
-        return self.ds._get_position()
-
-    def _set_position(self, position):
-        self.ds._set_position(position)
-
-    def _abandon(self):
-        self.ds._abandon()
 
 
 class LMDBDataDecoder(MapData):
