@@ -661,6 +661,7 @@ def test_unordered_state_does_not_load_into_an_ordered_map(no_leaks):
 
 
 # -- torch adapter --------------------------------------------------------------------------------
+@pytest.mark.torch
 def test_stateful_dataloader_checkpoints_the_pipeline(no_leaks):
     from torchdata.stateful_dataloader import StatefulDataLoader
     from dataflow.integrations.torch import as_iterable_dataset
