@@ -719,7 +719,11 @@ def test_load_into_a_running_pipeline(no_leaks, strict, ordered):
     df.close()
     got = before + after
     assert len(got) == 20
-    assert sorted(x[0] for x in got) == list(range(20))
+    assert len({key(x) for x in got}) == 20         # no datapoint twice
+    if strict:
+        assert sorted(x[0] for x in got) == list(range(20))
+    # (a non-strict pass may end with datapoints borrowed from the next pass, its own last ones
+    # carried over: which, depends on thread timing)
     if ordered:
         assert [x[0] for x in got] == list(range(20))
 
