@@ -290,7 +290,11 @@ class ParallelMapData(ProxyDataFlow):
             elif st.timed <= st.warm_up:
                 st.per_item = min(st.per_item, per_item)
             else:
-                st.per_item = 0.8 * st.per_item + 0.2 * per_item
+                # One batch raises the estimate at most 8-fold: a worker's slow first datapoint
+                # (imports, caches) can still arrive after the warm-up when another worker
+                # reported first, and taken whole it would shrink chunks to 1 for dozens of
+                # batches. A real slowdown is still followed within a few batches.
+                st.per_item = 0.8 * st.per_item + 0.2 * min(per_item, 8 * st.per_item)
             kind, value = results[0][1], results[0][2]      # one sample per batch
             if kind == OK:
                 st.item_bytes = 0.8 * st.item_bytes + 0.2 * _array_bytes(value) \
