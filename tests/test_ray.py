@@ -173,10 +173,12 @@ for c in listening:
             s.settimeout(2)
             assert s.connect_ex((ip, c.laddr.port)) != 0, f"reached {ip}:{c.laddr.port}"
 assert os.environ["RAY_AUTH_MODE"] == "token"
-env = dict(os.environ, RAY_AUTH_TOKEN="0" * 64)
+# One connection attempt (Ray retries a refused client for 20 s by default): refused for its token.
+env = dict(os.environ, RAY_AUTH_TOKEN="0" * 64, RAY_gcs_server_port_wait_time_s="1")
 join = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r); print('JOINED')"
                        % node.gcs_address], env=env, capture_output=True, text=True, timeout=60)
 assert "JOINED" not in join.stdout and join.returncode != 0, join.stdout
+assert "InvalidAuthToken" in join.stderr, join.stderr[-2000:]
 print("PRIVATE", len(listening), others)
 """
 
