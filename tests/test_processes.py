@@ -18,6 +18,7 @@ import os
 import signal
 import struct
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -36,7 +37,7 @@ OUR_FILE_PREFIXES = ("dataflow", "psm_", "wnsm_")
 
 def _our_files():
     found = set()
-    for d in ("/dev/shm", "/tmp"):
+    for d in ("/dev/shm", tempfile.gettempdir()):
         try:
             names = os.listdir(d)
         except FileNotFoundError:
@@ -47,7 +48,7 @@ def _our_files():
 
 @pytest.fixture(scope="module", autouse=True)
 def files_before_module():
-    """/dev/shm and /tmp must gain no file of ours during the whole module."""
+    """/dev/shm and the temporary directory must gain no file of ours during the whole module."""
     before = _our_files()
     yield before
     gc.collect()
