@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
            "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
-           "CountedRunner", "refill", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
+           "CopiesPosition", "MARK_EVERY", "copy_mark", "refill", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
 STATE_FORMAT = 1
@@ -29,6 +29,9 @@ REPLAY = "replay_of"
 # -- fingerprint --------------------------------------------------------------------------------
 def _inputs(df):
     """The dataflows ``df`` reads from, in a fixed order: ``df.ds``, then ``df.df_lists``."""
+    own = getattr(df, "_fingerprint_inputs", None)
+    if callable(own):                  # a runner: the dataflow it runs copies of
+        return own()
     found = []
     ds = getattr(df, "ds", None)
     if ds is not None:
@@ -289,27 +292,141 @@ def ranges(values):
     return out
 
 
-class CountedRunner:
-    """Mixed into the runners (before ``ParallelMapData``): their workers run independent
-    copies of a dataflow and hand over datapoints in the order they finish, so the only
-    position there is is how many datapoints the pass handed over. It is recorded as a replay
-    position (``state_dict()`` raises unless ``replay=True``), and a resume fast-forwards by
-    dropping that many datapoints: exact only with one worker and a deterministic dataflow.
-    The runner's ``__iter__`` returns ``self._replaying(<its iterator>)``."""
+#: a runner's copy attaches its dataflow's position to its 1st, 17th, 33rd, ... datapoint, so
+#: that a resumed copy re-makes at most this many minus one datapoints
+MARK_EVERY = 16
 
-    _replay = None
 
+def copy_mark(df):
+    """What a runner's copy attaches to a datapoint now and then (see :data:`MARK_EVERY`):
+    ``{"at": df's position}``, or ``{"cannot": why}`` when ``df`` cannot say where it is."""
+    try:
+        return {"at": df._get_position()}
+    except NotImplementedError as e:
+        return {"cannot": str(e)}
+
+
+class CopiesPosition:
+    """Mixed into the runners (before ``ParallelMapData``). Their workers run independent
+    copies of a dataflow and hand over datapoints in the order they finish, so a runner's
+    position is one position per copy: that copy's dataflow's position just after the last
+    datapoint the caller received from it, plus the runner's own pass and count.
+
+    Each copy's datapoint comes to the consumer as ``(copy, n, mark, datapoint)`` (see
+    ``parallel.copies.OwnDataFlow``): ``n`` counts the copy's datapoints since it started and
+    ``mark``, on one datapoint in :data:`MARK_EVERY`, is :func:`copy_mark` of the copy's
+    dataflow. The consumer keeps, per copy, the last mark and the count since it (a few
+    assignments per datapoint; no worker is asked anything), so a copy's position is "that mark,
+    then ``skip`` datapoints"; a resumed copy loads the mark and re-makes the ``skip``
+    datapoints. The number of copies is part of the stream, so a state loads only into a runner
+    with as many (``ValueError`` otherwise).
+
+    Where a copy cannot say where it is, the position is a replay position, as before copies had
+    positions: the number of datapoints the pass handed over (``state_dict()`` raises unless
+    ``replay=True``), and a resume fast-forwards by dropping that many datapoints (exact only
+    with one copy and a deterministic dataflow). So is a runner with ``"auto"`` workers.
+
+    The runner calls :meth:`_copy_entries` when it starts its workers (they start from those
+    positions), wraps its pass iterator as ``self._replaying(self._tracked(it))`` and says the
+    name of its copy count in ``_copies_name``."""
+
+    _replay = None           # a loaded replay position, not yet used
+    _loaded = None           # a loaded position with copies, not yet used
+    _records = None          # per copy: [mark or None, its n, last n received]
+    _copies_name = "num_proc"
+
+    # -- the consumer's records -------------------------------------------------------------
+    def _copy_entries(self):
+        """Where each copy starts: ``None`` (afresh) or ``{"at", "skip"}``; sets the records."""
+        loaded = self._loaded
+        entries = loaded["copies"] if loaded is not None else [None] * self.num_workers
+        self._records = [[None, 0, 0] if e is None else [{"at": e["at"]}, 0, int(e["skip"])]
+                         for e in entries]
+        return entries if loaded is not None else None
+
+    def _tracked(self, it):
+        """The datapoints of ``it`` (``(copy, n, mark, datapoint)`` each), recording where each
+        copy is."""
+        records = self._records
+        for copy_id, n, mark, dp in it:
+            rec = records[copy_id]
+            if mark is not None:
+                rec[0], rec[1] = mark, n
+            rec[2] = n
+            yield dp
+
+    # -- position -----------------------------------------------------------------------------
     def _get_position(self):
         if self._replay is not None:
             return dict(self._replay)
-        st = self._state
-        npass, pos = (st.npass, st.handled if st.in_pass else 0) if st is not None else (0, 0)
-        return {"pass": npass, "pos": pos, REPLAY: type(self).__name__}
+        if self._loaded is not None:
+            return self._loaded
+        st, records, r = self._state, self._records, self._resume
+        if r is not None:              # iter() was called, its first next() not yet
+            npass, handled, open_ = r["pass"], r["handled"], r["open"]
+        elif st is None:
+            npass, handled, open_ = 0, 0, False
+        else:
+            npass, handled, open_ = st.npass, st.handled if st.in_pass else 0, st.in_pass
+        copies = []
+        if self._tuner is not None:
+            return self._counted_position(npass, handled)
+        for rec in records if records is not None else [[None, 0, 0]] * self.num_workers:
+            mark, n0, n = rec
+            if mark is None:
+                copies.append(None)        # nothing received from this copy: it starts afresh
+            elif "cannot" in mark:
+                return self._counted_position(npass, handled)
+            else:
+                copies.append({"at": mark["at"], "skip": n - n0})
+        return {"pass": npass, "handled": handled, "open": open_, "copies": copies}
+
+    def _counted_position(self, npass, handled):
+        return {"pass": npass, "pos": handled, REPLAY: type(self).__name__}
 
     def _set_position(self, position):
-        self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
-                        REPLAY: type(self).__name__}
+        if REPLAY in position:
+            self._loaded = None
+            self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
+                            REPLAY: type(self).__name__}
+            return
+        copies = position["copies"]
+        if self._tuner is not None or len(copies) != self.num_workers:
+            have = "auto" if self._tuner is not None else self.num_workers
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state was saved with "
+                f"{self._copies_name}={len(copies)}, this runner has {self._copies_name}="
+                f"{have!r}. A runner's stream is made by its copies, each resumed from its own "
+                f"position, so their number must stay the same.")
+        self._replay, self._loaded = None, position
+        if self._exec is not None:
+            self._stop()             # its copies are elsewhere: the next iter() restarts them
 
+    def _abandon(self):
+        loaded = self._loaded
+        if loaded is not None:
+            if loaded["open"]:
+                self._loaded = dict(loaded, handled=0, open=False)
+                self._loaded["pass"] = loaded["pass"] + 1
+            return
+        super()._abandon()
+
+    def _resuming(self):
+        """Called by ``__iter__``: start the workers at the loaded positions, and have the
+        mapper continue the loaded pass."""
+        loaded = self._loaded
+        if loaded is None:
+            return
+        if self._exec is None:
+            self.reset_state()
+        self._loaded = None
+        # the mapper's own resume (see ParallelMapData._endless_pass): its source, the tickets,
+        # restarts; the pass and the count handed over continue
+        self._resume = {"pass": int(loaded["pass"]), "run": 0, "index": 0, "skip": 0,
+                        "done": [], "handled": int(loaded["handled"]),
+                        "open": bool(loaded["open"])}
+
+    # -- replay (copies that cannot say where they are) ------------------------------------
     def _replaying(self, it):
         r, self._replay = self._replay, None
         return it if r is None else self._fast_forward(it, r)
@@ -323,6 +440,12 @@ class CountedRunner:
                 skip -= 1
                 continue
             yield dp
+
+    def _fingerprint_name(self):
+        return "Runner"              # threads, processes or Ray: the same stream
+
+    def _fingerprint_params(self):
+        return {}
 
 
 # -- buffers of datapoints, kept as keys --------------------------------------------------------

@@ -297,8 +297,8 @@ class ParallelMapData(ProxyDataFlow):
                 st.per_item = 0.8 * st.per_item + 0.2 * min(per_item, 8 * st.per_item)
             kind, value = results[0][1], results[0][2]      # one sample per batch
             if kind == OK:
-                st.item_bytes = 0.8 * st.item_bytes + 0.2 * _array_bytes(value) \
-                    if st.item_bytes else _array_bytes(value)
+                nbytes = self._result_bytes(value)
+                st.item_bytes = 0.8 * st.item_bytes + 0.2 * nbytes if st.item_bytes else nbytes
         for seq, kind, value in results:
             st.outstanding.pop(seq)
             if seq < first_seq:
@@ -311,6 +311,10 @@ class ParallelMapData(ProxyDataFlow):
             while st.expect in st.held:
                 st.ready.append(st.held.pop(st.expect))
                 st.expect += 1
+
+    def _result_bytes(self, value):
+        """Bytes of the arrays in one result (a runner unwraps its results first)."""
+        return _array_bytes(value)
 
     def _autotune(self, now):
         """Apply the tuner's decision: one worker more or fewer, in the running pool. Executors
