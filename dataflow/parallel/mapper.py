@@ -145,6 +145,7 @@ class ParallelMapData(ProxyDataFlow):
         self._finalizer = None
         self._state = None
         self._resume = None                # a position loaded by load_state_dict, not yet used
+        self._policy = None                # the _ErrorPolicy of the pass being iterated
         self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
         tell_parallel(self, self)
         tell_label(self, map_func)
@@ -335,11 +336,12 @@ class ParallelMapData(ProxyDataFlow):
         st.held.clear()
         st.ready.clear()
         st.expect = first
-        policy = _ErrorPolicy(self, self._source_len())
+        policy = self._policy = _ErrorPolicy(self, self._source_len())
         source, index, exhausted = self._begin_run(first), 0, False
         if self._resume is not None:
             r, self._resume = self._resume, None
             st.run, index = r["run"] - 1, r["index"]
+            policy.restore(r)
         st.run += 1
         st.in_pass = True
         while True:
@@ -389,7 +391,7 @@ class ParallelMapData(ProxyDataFlow):
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
-        policy = _ErrorPolicy(self, target)
+        policy = self._policy = _ErrorPolicy(self, target)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
             st.floor = st.expect = st.next_seq
@@ -399,6 +401,7 @@ class ParallelMapData(ProxyDataFlow):
             r, self._resume = self._resume, None
             st.npass, st.index, st.run = r["pass"], r["index"], r["run"]
             handled = r["handled"]
+            policy.restore(r)
         else:
             if st.in_pass:             # the previous pass was abandoned
                 st.npass += 1
@@ -488,6 +491,23 @@ class ParallelMapData(ProxyDataFlow):
     def _get_position(self):
         if self._resume is not None:
             return self._resume
+        position = self._position()
+        if self.on_error != "raise":
+            position["errors"] = self._error_counts()
+        return position
+
+    def _error_counts(self):
+        """What the error policy has counted: ``skipped``/``replaced`` since ``reset_state``
+        and, within the open pass, its ``errors``, ``seen`` and ``pending`` replacements (what
+        ``max_errors`` is checked against), so that a resumed pass enforces it as an
+        uninterrupted one would."""
+        counts = {"skipped": self.num_skipped, "replaced": self.num_replaced}
+        st, policy = self._state, self._policy
+        if policy is not None and st is not None and st.in_pass:
+            counts.update(policy.counts())
+        return counts
+
+    def _position(self):
         st = self._state
         if st is not None and st.track is not None and st.track is not True:
             raise st.track
@@ -569,6 +589,25 @@ class _ErrorPolicy:
         self.pending = 0              # replacements owed until a good result exists
         self.last_good = None
         self.last_error = None
+
+    def counts(self):
+        """The per-pass counts a position records (see ``ParallelMapData._error_counts``)."""
+        return {"errors": self.errors, "seen": self.seen, "pending": self.pending}
+
+    def restore(self, position):
+        """Continue the counts of a loaded position (a pass resumed mid-way). A replacement
+        owed before the first good result of the resumed pass copies that result: the last
+        good result before the state is a datapoint, which a state never holds."""
+        counts = position.get("errors")
+        if not counts:
+            return
+        owner = self.owner
+        owner.num_skipped = int(counts.get("skipped", 0))
+        owner.num_replaced = int(counts.get("replaced", 0))
+        if position.get("open", True):
+            self.errors = int(counts.get("errors", 0))
+            self.seen = int(counts.get("seen", 0))
+            self.pending = int(counts.get("pending", 0))
 
     def handle(self, kind, value):
         """Yield what the consumer gets for one result; raise when the policy says so."""
