@@ -17,13 +17,16 @@ import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
            "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
-           "CopiesPosition", "MARK_EVERY", "copy_mark", "refill", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
+           "CopiesPosition", "MARK_EVERY", "copy_mark", "refill", "rereadable", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
 STATE_FORMAT = 1
 
 #: key that marks the position of a source that can only be fast-forwarded by re-iterating
 REPLAY = "replay_of"
+
+#: key that marks the position of a runner whose several copies hand over in arrival order
+ARRIVAL = "arrival_order_of"
 
 
 # -- fingerprint --------------------------------------------------------------------------------
@@ -77,16 +80,7 @@ def _first_difference(saved, here, path):
 # -- envelope -----------------------------------------------------------------------------------
 def _find_replay(state):
     """The name of the first source in ``state`` whose position needs replay, or ``None``."""
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, dict):
-            if REPLAY in s:
-                return s[REPLAY]
-            stack.extend(s.values())
-        elif isinstance(s, list):
-            stack.extend(s)
-    return None
+    return _find_key(state, REPLAY)
 
 
 def envelope(df, replay=False):
@@ -379,7 +373,10 @@ class CopiesPosition:
                 return self._counted_position(npass, handled)
             else:
                 copies.append({"at": mark["at"], "skip": n - n0})
-        return {"pass": npass, "handled": handled, "open": open_, "copies": copies}
+        position = {"pass": npass, "handled": handled, "open": open_, "copies": copies}
+        if len(copies) > 1:
+            position[ARRIVAL] = type(self).__name__
+        return position
 
     def _counted_position(self, npass, handled):
         return {"pass": npass, "pos": handled, REPLAY: type(self).__name__}
@@ -449,15 +446,30 @@ class CopiesPosition:
 
 
 # -- buffers of datapoints, kept as keys --------------------------------------------------------
-def refill(source, keys, resume_at):
+def refill(source, keys, resume_at, keep_iterator=False):
     """Read again the datapoints whose keys are given, and leave ``source`` at ``resume_at``.
 
     ``keys`` is a list of ``(step, position)``: datapoint number ``step`` was read when the
-    source was at ``position``. Consecutive steps are read in one go from the first one's
-    position, so exactly ``len(keys)`` datapoints are read. Returns ``{step: datapoint}``."""
+    source was at ``position`` (steps count consecutive reads of ``source``). Returns
+    ``{step: datapoint}``, or ``({step: datapoint}, iterator)`` with ``keep_iterator``: an
+    iterator of ``source`` that continues from ``resume_at`` (or ``None``: call ``iter``).
+
+    A source that can say where it is: consecutive steps are read in one go from the first
+    one's position, so exactly ``len(keys)`` datapoints are read, whatever the position in the
+    pass. A source that needs replay (its positions are counts of datapoints since the start of
+    its pass, see :func:`replay_counted`): it can only get somewhere by re-iterating its pass,
+    so it is set once to the oldest key's position and read on to the newest one, and that
+    iterator continues to ``resume_at``: one re-iteration of the pass up to the newest buffered
+    datapoint, instead of one per run of consecutive keys."""
     out = {}
     steps = sorted(set(k for k, _ in keys))
     pos_of = dict(keys)
+    if steps and _find_replay(pos_of[steps[0]]) is not None:
+        out, it = _refill_sweep(source, steps, pos_of)
+        if it is not None and _same(source._get_position(), resume_at):
+            return (out, it) if keep_iterator else out
+        _close(it)
+        steps = [k for k in steps if k not in out]
     i = 0
     while i < len(steps):
         j = i
@@ -472,12 +484,73 @@ def refill(source, keys, resume_at):
                                  "was being read again to restore a buffer: the source does "
                                  "not produce the same datapoints as when the state was saved")
             out[step] = dp
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        _close(it)
         i = j + 1
     source._set_position(resume_at)
-    return out
+    return (out, None) if keep_iterator else out
+
+
+def _refill_sweep(source, steps, pos_of):
+    """Read ``steps`` (sorted) in one iterator from the first one's position, as far as it
+    goes; returns ``({step: datapoint}, the iterator or None if it ended first)``."""
+    out = {}
+    wanted = set(steps)
+    source._set_position(pos_of[steps[0]])
+    it = iter(source)
+    for step in range(steps[0], steps[-1] + 1):
+        dp = next(it, _END)
+        if dp is _END:
+            return out, None
+        if step in wanted:
+            out[step] = dp
+    return out, it
+
+
+def _same(a, b):
+    """Whether two positions are equal once both are JSON (lists and tuples alike)."""
+    import json
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _close(it):
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def rereadable(df, reader):
+    """``True`` if datapoints of ``df`` can be read again from a position recorded when they
+    were read (what :func:`refill` and a parallel map's resume do), otherwise the
+    ``NotImplementedError`` that ``reader``'s ``state_dict()`` raises: ``df`` cannot say where
+    it is, or it is (or reads from) a runner with several copies, whose datapoints come in
+    the order the copies finish, so a position says where each copy is but not which datapoint
+    comes next."""
+    try:
+        position = df._get_position()
+    except NotImplementedError as e:
+        return e
+    runner = _find_key(position, ARRIVAL)
+    if runner is not None:
+        return NotImplementedError(
+            f"{reader} reads datapoints again from recorded positions of its input, but "
+            f"{runner} hands over its copies' datapoints in the order they finish, so a "
+            f"position does not say which datapoint follows it: put {reader} inside the "
+            f"runner's dataflow, or use a parallel map (MultiProcessMapData, ...) instead")
+    return True
+
+
+def _find_key(state, key):
+    """The value of the first ``key`` found in the nested dicts and lists of ``state``."""
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, dict):
+            if key in s:
+                return s[key]
+            stack.extend(s.values())
+        elif isinstance(s, list):
+            stack.extend(s)
+    return None
 
 
 # -- keyed random streams -----------------------------------------------------------------------

@@ -114,3 +114,126 @@ def test_counts_are_in_the_state_only_with_an_error_policy():
     next(iter(df))
     assert "errors" not in df.state_dict()["state"]
     df.close()
+
+
+# -- shuffle buffers: what a resume reads again ---------------------------------------------------
+class Counting(D.DataFlow):
+    """A deterministic source that can only be replayed (a DataFlow with ``__iter__`` alone),
+    counting the datapoints it makes."""
+    made = 0
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for k in range(self.n):
+            Counting.made += 1
+            yield [k]
+
+
+class CountingMap:
+    """A map that counts its calls: the reads of a source that can say where it is."""
+    calls = 0
+
+    def __call__(self, dp):
+        CountingMap.calls += 1
+        return dp
+
+
+def shuffled(source, buffer_size):
+    return D.LocallyShuffleData(source, buffer_size, shuffle_interval=7)
+
+
+def resumed_reads(build, k, counter, replay=False):
+    """Take k datapoints, save, load into a new pipeline and take one more: returns
+    (datapoints the resume made, the stream before + after, the uninterrupted stream)."""
+    D.set_seed(SEED)
+    ref_df = build()
+    ref_df.reset_state()
+    it = iter(ref_df)
+    ref = [next(it)[0] for _ in range(k + 5)]
+    ref_df.close()
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    got = [next(it)[0] for _ in range(k)]
+    state = through_json(df.state_dict(replay=replay))
+    df.close()
+    D.set_seed(SEED)
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    before = counter()
+    it2 = iter(df2)
+    got.append(next(it2)[0])
+    made = counter() - before
+    got += [next(it2)[0] for _ in range(4)]
+    df2.close()
+    return made, got, ref
+
+
+@pytest.mark.parametrize("buffer_size", [10, 50])
+def test_shuffle_buffer_resume_reads_the_buffer_whatever_the_step(buffer_size):
+    """Over a source that can say where it is, a resume reads the buffered datapoints again
+    and nothing else (plus the one datapoint the next step takes): the same number after 120
+    steps as after 2,400, in the 3rd pass of the source."""
+    def build():
+        return shuffled(D.MapData(D.DataFromList([[k] for k in range(1000)], shuffle=False),
+                                  CountingMap()), buffer_size)
+
+    def counter():
+        return CountingMap.calls
+
+    reads = []
+    for k in (120, 2400):
+        made, got, ref = resumed_reads(build, k, counter)
+        assert got == ref
+        reads.append(made)
+    assert reads[0] == reads[1] <= buffer_size + 1
+
+
+def test_shuffle_buffer_over_a_replay_source_re_iterates_its_pass_once():
+    """A source that can only be replayed is re-iterated once, from the start of the pass of
+    the oldest buffered datapoint to the newest, whatever the number of runs of consecutive
+    steps in the buffer (before: one re-iteration per run, and one more to continue)."""
+    n, buffer_size, k = 1000, 30, 700
+
+    def build():
+        return shuffled(Counting(n), buffer_size)
+
+    def counter():
+        return Counting.made
+
+    with pytest.raises(NotImplementedError, match="Counting.*replay=True"):
+        D.set_seed(SEED)
+        df = build()
+        df.reset_state()
+        next(iter(df))
+        df.state_dict()
+    made, got, ref = resumed_reads(build, k, counter, replay=True)
+    assert got == ref
+    # the newest buffered datapoint is the (k + buffer_size - 1)-th of the pass (a datapoint
+    # enters the buffer buffer_size - 1 steps before it can come out), plus the next one read
+    assert made == k + buffer_size + 1
+
+
+def test_buffers_over_a_runner_with_several_copies_say_why_they_cannot(no_leaks):
+    """A runner's position says where each copy is, not which datapoint follows: a buffer that
+    would read its datapoints again from such positions says so (one copy is fine)."""
+    def runner(copies):
+        return D.MultiThreadRunner(lambda: D.DataFromList([[k] for k in range(40)]), 4, copies)
+
+    for df in (shuffled(runner(2), 5), D.MultiThreadMapData(runner(2), 2, lambda dp: dp,
+                                                            buffer_size=4)):
+        D.set_seed(SEED)
+        df.reset_state()
+        next(iter(df))
+        with pytest.raises(NotImplementedError, match="MultiThreadRunner hands over"):
+            df.state_dict()
+        df.close()
+    made, got, ref = resumed_reads(lambda: shuffled(runner(1), 5), 17, lambda: 0)
+    assert got == ref

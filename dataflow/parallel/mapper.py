@@ -462,11 +462,7 @@ class ParallelMapData(ProxyDataFlow):
         if get is None:
             return NotImplementedError(f"{type(self).__name__}: its source "
                                        f"({type(self.ds).__name__}) cannot say where it is")
-        try:
-            get()
-        except NotImplementedError as e:
-            return e
-        return True
+        return _ckpt.rereadable(self.ds, type(self).__name__)
 
     def _mark(self, index):
         """Record where the source is before the chunk that starts at ``index``."""
