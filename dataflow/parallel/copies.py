@@ -74,7 +74,7 @@ class OwnDataFlow:
             mark = _ckpt.copy_mark(self.df) if (n - 1) % _ckpt.MARK_EVERY == 0 else None
         finally:
             local.copy = outer
-        return (self.copy, n, mark, dp)
+        return [self.copy, n, mark, dp]     # a list: cheaper to send than a tuple
 
     def _next(self):
         for _ in range(2):
