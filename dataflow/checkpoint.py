@@ -343,7 +343,11 @@ class CopiesPosition:
         copy is."""
         records = self._records
         for copy_id, n, mark, dp in it:
-            rec = records[copy_id]
+            try:
+                rec = records[copy_id]
+            except IndexError:          # a worker added by the autotuner ("auto")
+                records.extend([None, 0, 0] for _ in range(copy_id + 1 - len(records)))
+                rec = records[copy_id]
             if mark is not None:
                 rec[0], rec[1] = mark, n
             rec[2] = n

@@ -252,3 +252,43 @@ def test_zmq_runner_resumes(no_leaks):
         df.close()
     assert len(got) == 2 * N
     check_copies(got, made)
+
+
+class Opaque(D.ProxyDataFlow):
+    def _get_position(self):
+        raise NotImplementedError("Opaque keeps no position")
+
+
+def test_runner_of_copies_whose_position_raises_falls_back_to_replay(no_leaks):
+    """A copy whose dataflow raises NotImplementedError when asked where it is makes the
+    runner's state a replay position (state_dict() names the runner)."""
+    def copy():
+        return Opaque(D.DataFromList([[k] for k in range(6)], shuffle=False))
+
+    df = D.MultiThreadRunner(copy, 3, 1)
+    df.reset_state()
+    it = iter(df)
+    taken = [next(it)[0] for _ in range(2)]
+    with pytest.raises(NotImplementedError, match="MultiThreadRunner.*replay=True"):
+        df.state_dict()
+    state = through_json(df.state_dict(replay=True))
+    assert state["state"]["pos"] == 2
+    df.close()
+    df2 = D.MultiThreadRunner(copy, 3, 1)
+    df2.load_state_dict(state)
+    df2.reset_state()
+    assert taken + [x[0] for x in df2] == list(range(6))
+    df2.close()
+
+
+def test_autotuned_runner_records_the_copies_it_adds(no_leaks):
+    """With num_proc="auto" the copy count changes while it runs: its state is a replay
+    position, and datapoints of copies added later are recorded without error."""
+    df = D.MultiProcessRunner(copy_df(False), 8, "auto")
+    df.reset_state()
+    try:
+        got = [dp for _ in range(3) for dp in df]
+        assert len(got) == 3 * N
+        assert "replay_of" in df.state_dict(replay=True)["state"]
+    finally:
+        df.close()
