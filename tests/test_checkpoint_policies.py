@@ -237,3 +237,42 @@ def test_buffers_over_a_runner_with_several_copies_say_why_they_cannot(no_leaks)
         df.close()
     made, got, ref = resumed_reads(lambda: shuffled(runner(1), 5), 17, lambda: 0)
     assert got == ref
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_fraction_of_errors_of_a_pass_of_unknown_length(no_leaks, kind):
+    """max_errors as a fraction of the datapoints seen so far (the length is unknown) counts
+    every result handed over, good ones included (with "skip" it counted the errors alone, so
+    one error in a hundred exceeded 0.5), before and after a resume."""
+    def bad(dp):
+        if dp[0] in (50, 60, 61, 62):
+            raise ValueError(f"bad datapoint {dp[0]}")
+        return dp
+
+    def build(limit):
+        src = D.DataFromGenerator(lambda: iter([[k] for k in range(64)]))
+        cls = D.MultiThreadMapData if kind == "threads" else D.MultiProcessMapData
+        return cls(src, 2, bad, buffer_size=4, strict=True, ordered=True, on_error="skip",
+                   max_errors=limit)
+
+    for limit, raises_at in ((0.5, None), (0.05, 59)):       # 4 errors > 0.05 * 63 at #62
+        df = build(limit)
+        df.reset_state()
+        got = []
+        err, _ = run(df, 1, got)
+        df.close()
+        assert (err is None) == (raises_at is None) and len(got) == (raises_at or 60)
+        for k in (10, 55):
+            df = build(limit)
+            df.reset_state()
+            got = []
+            run(df, 1, got, stop_after=k)
+            state = through_json(df.state_dict(replay=True))
+            df.close()
+            df = build(limit)
+            df.load_state_dict(state)
+            df.reset_state()
+            err2, _ = run(df, 1, got)
+            assert (err2 is None) == (err is None) and len(got) == (raises_at or 60)
+            assert df.num_skipped == (3 if err else 4)
+            df.close()

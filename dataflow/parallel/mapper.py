@@ -336,11 +336,14 @@ class ParallelMapData(ProxyDataFlow):
         st.held.clear()
         st.ready.clear()
         st.expect = first
-        policy = self._policy = _ErrorPolicy(self, self._source_len())
+        before = 0                     # results of this pass handed over before a resume
+        policy = self._policy = _ErrorPolicy(
+            self, self._source_len(), lambda: before + st.lo - first + len(st.done))
         source, index, exhausted = self._begin_run(first), 0, False
         if self._resume is not None:
             r, self._resume = self._resume, None
             st.run, index = r["run"] - 1, r["index"]
+            before = index
             policy.restore(r)
         st.run += 1
         st.in_pass = True
@@ -391,7 +394,7 @@ class ParallelMapData(ProxyDataFlow):
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
-        policy = self._policy = _ErrorPolicy(self, target)
+        policy = self._policy = _ErrorPolicy(self, target, lambda: st.handled)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
             st.floor = st.expect = st.next_seq
@@ -576,9 +579,10 @@ class ParallelMapData(ProxyDataFlow):
 class _ErrorPolicy:
     """``on_error`` and ``max_errors`` applied to the results of one pass, in hand-over order."""
 
-    def __init__(self, owner, total):
+    def __init__(self, owner, total, handed):
         self.owner = owner
         self.total = total            # datapoints in the pass, when known
+        self.handed = handed          # () -> results of the pass handed over so far
         self.simple = owner.on_error != "replace"   # OK results need no bookkeeping
         self.seen = 0
         self.errors = 0
@@ -622,7 +626,9 @@ class _ErrorPolicy:
         if limit is None:
             return False
         if isinstance(limit, float):
-            n = self.total if self.total is not None else self.seen
+            # of the results handed over so far (``seen`` counts only those the policy saw:
+            # with "skip" it sees errors alone)
+            n = self.total if self.total is not None else self.handed()
             return self.errors > limit * n
         return self.errors > limit
 
