@@ -10,6 +10,11 @@ never the number of workers or the executor), and check both on load. How a data
 its position is described in :mod:`dataflow.base` (``_get_position`` /
 ``_set_position`` / ``_fingerprint_params``).
 
+Also here: the positions of sources (:class:`PassPosition`, :class:`IndexedSource`, replay),
+of the runners (:class:`CopiesPosition`: one position per copy), and :func:`refill`, which
+buffers use to read their datapoints again from recorded positions (:func:`rereadable` says
+whether they can).
+
 ``base`` imports this module; it imports only ``dataflow.rng`` (inside the two functions that
 need the global seed).
 """
