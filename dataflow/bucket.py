@@ -367,8 +367,4 @@ _END = object()
 
 
 def _trackable(df):
-    try:
-        df._get_position()
-    except NotImplementedError as e:
-        return e
-    return True
+    return _ckpt.rereadable(df, "BucketBatchData")

@@ -10,6 +10,11 @@ never the number of workers or the executor), and check both on load. How a data
 its position is described in :mod:`dataflow.base` (``_get_position`` /
 ``_set_position`` / ``_fingerprint_params``).
 
+Also here: the positions of sources (:class:`PassPosition`, :class:`IndexedSource`, replay),
+of the runners (:class:`CopiesPosition`: one position per copy), and :func:`refill`, which
+buffers use to read their datapoints again from recorded positions (:func:`rereadable` says
+whether they can).
+
 ``base`` imports this module; it imports only ``dataflow.rng`` (inside the two functions that
 need the global seed).
 """
@@ -17,7 +22,7 @@ import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
            "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
-           "CountedRunner", "refill", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
+           "CopiesPosition", "MARK_EVERY", "copy_mark", "refill", "rereadable", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
 STATE_FORMAT = 1
@@ -25,10 +30,16 @@ STATE_FORMAT = 1
 #: key that marks the position of a source that can only be fast-forwarded by re-iterating
 REPLAY = "replay_of"
 
+#: key that marks the position of a runner whose several copies hand over in arrival order
+ARRIVAL = "arrival_order_of"
+
 
 # -- fingerprint --------------------------------------------------------------------------------
 def _inputs(df):
     """The dataflows ``df`` reads from, in a fixed order: ``df.ds``, then ``df.df_lists``."""
+    own = getattr(df, "_fingerprint_inputs", None)
+    if callable(own):                  # a runner: the dataflow it runs copies of
+        return own()
     found = []
     ds = getattr(df, "ds", None)
     if ds is not None:
@@ -74,16 +85,7 @@ def _first_difference(saved, here, path):
 # -- envelope -----------------------------------------------------------------------------------
 def _find_replay(state):
     """The name of the first source in ``state`` whose position needs replay, or ``None``."""
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, dict):
-            if REPLAY in s:
-                return s[REPLAY]
-            stack.extend(s.values())
-        elif isinstance(s, list):
-            stack.extend(s)
-    return None
+    return _find_key(state, REPLAY)
 
 
 def envelope(df, replay=False):
@@ -289,27 +291,148 @@ def ranges(values):
     return out
 
 
-class CountedRunner:
-    """Mixed into the runners (before ``ParallelMapData``): their workers run independent
-    copies of a dataflow and hand over datapoints in the order they finish, so the only
-    position there is is how many datapoints the pass handed over. It is recorded as a replay
-    position (``state_dict()`` raises unless ``replay=True``), and a resume fast-forwards by
-    dropping that many datapoints: exact only with one worker and a deterministic dataflow.
-    The runner's ``__iter__`` returns ``self._replaying(<its iterator>)``."""
+#: a runner's copy attaches its dataflow's position to its 1st, 17th, 33rd, ... datapoint, so
+#: that a resumed copy re-makes at most this many minus one datapoints
+MARK_EVERY = 16
 
-    _replay = None
 
+def copy_mark(df):
+    """What a runner's copy attaches to a datapoint now and then (see :data:`MARK_EVERY`):
+    ``{"at": df's position}``, or ``{"cannot": why}`` when ``df`` cannot say where it is."""
+    try:
+        return {"at": df._get_position()}
+    except NotImplementedError as e:
+        return {"cannot": str(e)}
+
+
+class CopiesPosition:
+    """Mixed into the runners (before ``ParallelMapData``). Their workers run independent
+    copies of a dataflow and hand over datapoints in the order they finish, so a runner's
+    position is one position per copy: that copy's dataflow's position just after the last
+    datapoint the caller received from it, plus the runner's own pass and count.
+
+    Each copy's datapoint comes to the consumer as ``(copy, n, mark, datapoint)`` (see
+    ``parallel.copies.OwnDataFlow``): ``n`` counts the copy's datapoints since it started and
+    ``mark``, on one datapoint in :data:`MARK_EVERY`, is :func:`copy_mark` of the copy's
+    dataflow. The consumer keeps, per copy, the last mark and the count since it (a few
+    assignments per datapoint; no worker is asked anything), so a copy's position is "that mark,
+    then ``skip`` datapoints"; a resumed copy loads the mark and re-makes the ``skip``
+    datapoints. The number of copies is part of the stream, so a state loads only into a runner
+    with as many (``ValueError`` otherwise).
+
+    Where a copy cannot say where it is, the position is a replay position, as before copies had
+    positions: the number of datapoints the pass handed over (``state_dict()`` raises unless
+    ``replay=True``), and a resume fast-forwards by dropping that many datapoints (exact only
+    with one copy and a deterministic dataflow). So is a runner with ``"auto"`` workers.
+
+    The runner calls :meth:`_copy_entries` when it starts its workers (they start from those
+    positions), wraps its pass iterator as ``self._replaying(self._tracked(it))`` and says the
+    name of its copy count in ``_copies_name``."""
+
+    _replay = None           # a loaded replay position, not yet used
+    _loaded = None           # a loaded position with copies, not yet used
+    _records = None          # per copy: [mark or None, its n, last n received]
+    _copies_name = "num_proc"
+
+    # -- the consumer's records -------------------------------------------------------------
+    def _copy_entries(self):
+        """Where each copy starts: ``None`` (afresh) or ``{"at", "skip"}``; sets the records."""
+        loaded = self._loaded
+        entries = loaded["copies"] if loaded is not None else [None] * self.num_workers
+        self._records = [[None, 0, 0] if e is None else [{"at": e["at"]}, 0, int(e["skip"])]
+                         for e in entries]
+        return entries if loaded is not None else None
+
+    def _tracked(self, it):
+        """The datapoints of ``it`` (``(copy, n, mark, datapoint)`` each), recording where each
+        copy is."""
+        records = self._records
+        for copy_id, n, mark, dp in it:
+            try:
+                rec = records[copy_id]
+            except IndexError:          # a worker added by the autotuner ("auto")
+                records.extend([None, 0, 0] for _ in range(copy_id + 1 - len(records)))
+                rec = records[copy_id]
+            if mark is not None:
+                rec[0], rec[1] = mark, n
+            rec[2] = n
+            yield dp
+
+    # -- position -----------------------------------------------------------------------------
     def _get_position(self):
         if self._replay is not None:
             return dict(self._replay)
-        st = self._state
-        npass, pos = (st.npass, st.handled if st.in_pass else 0) if st is not None else (0, 0)
-        return {"pass": npass, "pos": pos, REPLAY: type(self).__name__}
+        if self._loaded is not None:
+            return self._loaded
+        st, records, r = self._state, self._records, self._resume
+        if r is not None:              # iter() was called, its first next() not yet
+            npass, handled, open_ = r["pass"], r["handled"], r["open"]
+        elif st is None:
+            npass, handled, open_ = 0, 0, False
+        else:
+            npass, handled, open_ = st.npass, st.handled if st.in_pass else 0, st.in_pass
+        copies = []
+        if self._tuner is not None:
+            return self._counted_position(npass, handled)
+        for rec in records if records is not None else [[None, 0, 0]] * self.num_workers:
+            mark, n0, n = rec
+            if mark is None:
+                copies.append(None)        # nothing received from this copy: it starts afresh
+            elif "cannot" in mark:
+                return self._counted_position(npass, handled)
+            else:
+                copies.append({"at": mark["at"], "skip": n - n0})
+        position = {"pass": npass, "handled": handled, "open": open_, "copies": copies}
+        if len(copies) > 1:
+            position[ARRIVAL] = type(self).__name__
+        return position
+
+    def _counted_position(self, npass, handled):
+        return {"pass": npass, "pos": handled, REPLAY: type(self).__name__}
 
     def _set_position(self, position):
-        self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
-                        REPLAY: type(self).__name__}
+        if REPLAY in position:
+            self._loaded = None
+            self._replay = {"pass": int(position["pass"]), "pos": int(position["pos"]),
+                            REPLAY: type(self).__name__}
+            return
+        copies = position["copies"]
+        if self._tuner is not None or len(copies) != self.num_workers:
+            have = "auto" if self._tuner is not None else self.num_workers
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state was saved with "
+                f"{self._copies_name}={len(copies)}, this runner has {self._copies_name}="
+                f"{have!r}. A runner's stream is made by its copies, each resumed from its own "
+                f"position, so their number must stay the same.")
+        self._replay, self._loaded = None, position
+        if self._exec is not None:
+            self._stop()             # its copies are elsewhere: the next iter() restarts them
 
+    def _abandon(self):
+        loaded = self._loaded
+        if loaded is not None:
+            if loaded["open"]:
+                self._loaded = dict(loaded, handled=0, open=False)
+                self._loaded["pass"] = loaded["pass"] + 1
+            return
+        super()._abandon()
+
+    def _resuming(self):
+        """Called by ``__iter__``: start the workers at the loaded positions, and have the
+        mapper continue the loaded pass."""
+        loaded = self._loaded
+        if loaded is None:
+            return
+        if self._exec is None:
+            self.reset_state()
+        self._loaded = None
+        # the mapper's own resume (see ParallelMapData._endless_pass): its source, the tickets,
+        # restarts; the pass and the count handed over continue
+        self._resume = {"pass": int(loaded["pass"]), "run": 0, "index": 0, "skip": 0,
+                        "done": [], "handled": int(loaded["handled"]),
+                        "open": bool(loaded["open"])}
+
+    # -- replay (copies that cannot say where they are) ------------------------------------
     def _replaying(self, it):
         r, self._replay = self._replay, None
         return it if r is None else self._fast_forward(it, r)
@@ -324,17 +447,38 @@ class CountedRunner:
                 continue
             yield dp
 
+    def _fingerprint_name(self):
+        return "Runner"              # threads, processes or Ray: the same stream
+
+    def _fingerprint_params(self):
+        return {}
+
 
 # -- buffers of datapoints, kept as keys --------------------------------------------------------
-def refill(source, keys, resume_at):
+def refill(source, keys, resume_at, keep_iterator=False):
     """Read again the datapoints whose keys are given, and leave ``source`` at ``resume_at``.
 
     ``keys`` is a list of ``(step, position)``: datapoint number ``step`` was read when the
-    source was at ``position``. Consecutive steps are read in one go from the first one's
-    position, so exactly ``len(keys)`` datapoints are read. Returns ``{step: datapoint}``."""
+    source was at ``position`` (steps count consecutive reads of ``source``). Returns
+    ``{step: datapoint}``, or ``({step: datapoint}, iterator)`` with ``keep_iterator``: an
+    iterator of ``source`` that continues from ``resume_at`` (or ``None``: call ``iter``).
+
+    A source that can say where it is: consecutive steps are read in one go from the first
+    one's position, so exactly ``len(keys)`` datapoints are read, whatever the position in the
+    pass. A source that needs replay (its positions are counts of datapoints since the start of
+    its pass, see :func:`replay_counted`): it can only get somewhere by re-iterating its pass,
+    so it is set once to the oldest key's position and read on to the newest one, and that
+    iterator continues to ``resume_at``: one re-iteration of the pass up to the newest buffered
+    datapoint, instead of one per run of consecutive keys."""
     out = {}
     steps = sorted(set(k for k, _ in keys))
     pos_of = dict(keys)
+    if steps and _find_replay(pos_of[steps[0]]) is not None:
+        out, it = _refill_sweep(source, steps, pos_of)
+        if it is not None and _same(source._get_position(), resume_at):
+            return (out, it) if keep_iterator else out
+        _close(it)
+        steps = [k for k in steps if k not in out]
     i = 0
     while i < len(steps):
         j = i
@@ -349,12 +493,73 @@ def refill(source, keys, resume_at):
                                  "was being read again to restore a buffer: the source does "
                                  "not produce the same datapoints as when the state was saved")
             out[step] = dp
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        _close(it)
         i = j + 1
     source._set_position(resume_at)
-    return out
+    return (out, None) if keep_iterator else out
+
+
+def _refill_sweep(source, steps, pos_of):
+    """Read ``steps`` (sorted) in one iterator from the first one's position, as far as it
+    goes; returns ``({step: datapoint}, the iterator or None if it ended first)``."""
+    out = {}
+    wanted = set(steps)
+    source._set_position(pos_of[steps[0]])
+    it = iter(source)
+    for step in range(steps[0], steps[-1] + 1):
+        dp = next(it, _END)
+        if dp is _END:
+            return out, None
+        if step in wanted:
+            out[step] = dp
+    return out, it
+
+
+def _same(a, b):
+    """Whether two positions are equal once both are JSON (lists and tuples alike)."""
+    import json
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _close(it):
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def rereadable(df, reader):
+    """``True`` if datapoints of ``df`` can be read again from a position recorded when they
+    were read (what :func:`refill` and a parallel map's resume do), otherwise the
+    ``NotImplementedError`` that ``reader``'s ``state_dict()`` raises: ``df`` cannot say where
+    it is, or it is (or reads from) a runner with several copies, whose datapoints come in
+    the order the copies finish, so a position says where each copy is but not which datapoint
+    comes next."""
+    try:
+        position = df._get_position()
+    except NotImplementedError as e:
+        return e
+    runner = _find_key(position, ARRIVAL)
+    if runner is not None:
+        return NotImplementedError(
+            f"{reader} reads datapoints again from recorded positions of its input, but "
+            f"{runner} hands over its copies' datapoints in the order they finish, so a "
+            f"position does not say which datapoint follows it: put {reader} inside the "
+            f"runner's dataflow, or use a parallel map (MultiProcessMapData, ...) instead")
+    return True
+
+
+def _find_key(state, key):
+    """The value of the first ``key`` found in the nested dicts and lists of ``state``."""
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, dict):
+            if key in s:
+                return s[key]
+            stack.extend(s.values())
+        elif isinstance(s, list):
+            stack.extend(s)
+    return None
 
 
 # -- keyed random streams -----------------------------------------------------------------------

@@ -332,7 +332,7 @@ class BatchDataByShape(BatchData):
                 self._held_keys = defaultdict(list)
             if self._resume is not None:
                 self._restore()
-            track = _trackable(self.ds)
+            track = _trackable(self.ds, type(self).__name__)
             it = iter(self.ds)
             while True:
                 key = self.ds._get_position() if track is True else None
@@ -355,7 +355,7 @@ class BatchDataByShape(BatchData):
             return self._resume
         held = [[step, key] for keys in (self._held_keys or {}).values() for step, key in keys]
         if any(key is None for _, key in held):
-            raise _trackable(self.ds)
+            raise _trackable(self.ds, type(self).__name__)
         return {"step": self._step, "held": sorted(held, key=lambda k: k[0]),
                 "src": self.ds._get_position()}
 
@@ -745,7 +745,7 @@ class RepeatedDataPoint(ProxyDataFlow):
         return self._one_pass(r)
 
     def _one_pass(self, r):
-        track = _trackable(self.ds)
+        track = _trackable(self.ds, type(self).__name__)
         if r is not None and 0 < r["rep"] < self.num:       # resumed between two repeats
             dp = _ckpt.refill(self.ds, [(0, r["key"])], r["src"])[0]
             self._key = r["key"]
@@ -1149,7 +1149,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             q, keys, src_at, refs = self.q, self._keys, self._src_at, self._refs
             full, num_reuse, interval = q.maxlen, self.num_reuse, self.shuffle_interval
             if self._track is None:
-                self._track = _trackable(self._inf_ds)
+                self._track = _trackable(self._inf_ds, type(self).__name__)
             position = self._inf_ds._get_position if self._track is True else _no_position
             inf = self._inf_iter
             while True:
@@ -1213,7 +1213,8 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     def _restore(self):
         r, self._resume = self._resume, None
-        got = _ckpt.refill(self._inf_ds, [tuple(k) for k in r["keys"]], r["src"])
+        got, it = _ckpt.refill(self._inf_ds, [tuple(k) for k in r["keys"]], r["src"],
+                               keep_iterator=True)
         self.q.clear()
         self.q.extend(got[k] for k in r["buffer"])
         self._keys = deque(r["buffer"], maxlen=self.q.maxlen)
@@ -1223,7 +1224,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             self._refs[k] += 1
         self._iter_cnt, self._reuse = r["step"], r["reuse"]
         self._current = got.get(self._iter_cnt - 1)
-        self._inf_iter = None
+        self._inf_iter = it            # None: iter() of the source, set at r["src"]
 
     def _fingerprint_params(self):
         return {"buffer_size": self.q.maxlen, "num_reuse": self.num_reuse,
@@ -1234,14 +1235,11 @@ def _no_position():
     return None
 
 
-def _trackable(df):
-    """``True`` if ``df`` can say where it is, otherwise the ``NotImplementedError`` it
-    raises (kept, to be raised by ``state_dict()``)."""
-    try:
-        df._get_position()
-    except NotImplementedError as e:
-        return e
-    return True
+def _trackable(df, reader):
+    """``True`` if ``reader`` can read datapoints of ``df`` again from recorded positions,
+    otherwise the ``NotImplementedError`` to raise in ``state_dict()`` (see
+    :func:`dataflow.checkpoint.rereadable`)."""
+    return _ckpt.rereadable(df, reader)
 
 
 class CacheData(ProxyDataFlow):
@@ -1303,7 +1301,8 @@ class CacheData(ProxyDataFlow):
     def _begin_filling(self):
         """The input's iterator for a filling pass; its position is recorded first (at
         ``iter()``, so that a position taken before the first datapoint has it)."""
-        self._start = self.ds._get_position() if _trackable(self.ds) is True else None
+        trackable = _trackable(self.ds, type(self).__name__) is True
+        self._start = self.ds._get_position() if trackable else None
         self._filling, self._pos = True, 0
         return iter(self.ds)
 

@@ -72,6 +72,8 @@ def train(workdir):
             log.truncate()
             log.write("".join(line + "\n" for line in kept))
         print(f"resumed at step {step}", flush=True)
+    elif os.path.exists(log_path):                    # killed before its first checkpoint:
+        os.remove(log_path)                           # it starts over, and so does the log
     df.reset_state()
     with open(log_path, "a") as log:
         batches = iter(df)

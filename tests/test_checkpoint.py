@@ -586,29 +586,7 @@ def test_parallel_map_over_a_generator_needs_replay(no_leaks):
     df2.close()
 
 
-@pytest.mark.parametrize("kind", ["threads", "processes"])
-def test_runners_can_only_be_replayed(no_leaks, kind):
-    """A runner's copies hand over datapoints in the order they finish: state_dict() names it,
-    and with replay=True a resume drops what the pass handed over (exact with one worker)."""
-    def build():
-        if kind == "threads":
-            return D.MultiThreadRunner(lambda: numbers(6, shuffle=False), 3, 1)
-        return D.MultiProcessRunner(numbers(6, shuffle=False), 3, 1)
-
-    df = build()
-    df.reset_state()
-    it = iter(df)
-    taken = [next(it)[0] for _ in range(4)]
-    with pytest.raises(NotImplementedError, match=type(df).__name__):
-        df.state_dict()
-    state = through_json(df.state_dict(replay=True))
-    rest = [x[0] for x in it]
-    df.close()
-    df2 = build()
-    df2.load_state_dict(state)
-    df2.reset_state()
-    assert taken + [x[0] for x in df2] == taken + rest == list(range(6))
-    df2.close()
+# the runners (each copy resumed from its own position): tests/test_checkpoint_runners.py
 
 
 # -- format and mismatches ------------------------------------------------------------------------

@@ -43,50 +43,76 @@ class _Tickets:
 
 class OwnDataFlow:
     """The 'map function' of a runner's worker: each call returns the next datapoint of the
-    worker's own dataflow, which it runs over and over.
+    worker's own dataflow, which it runs over and over, as ``(copy, n, mark, datapoint)``: ``n``
+    counts this copy's datapoints since it started, ``mark`` is ``None`` or, on its 1st, 17th,
+    ... datapoint, where its dataflow is (see :class:`dataflow.checkpoint.CopiesPosition`, which
+    unwraps them in the consumer).
 
     ``copy`` numbers the copy. While the copy runs, serial maps inside it key their datapoints'
     random streams by ``(pass, index, copy)`` (see ``MapData``), so the copies of a seeded
     pipeline draw different random numbers (with ``(pass, index)`` alone, every copy's k-th
-    datapoint would get the same crop, flip, ...)."""
+    datapoint would get the same crop, flip, ...). ``resume``, from a loaded state, is
+    ``{"at": position, "skip": k}``: the copy starts at that position and makes (and drops) ``k``
+    datapoints first."""
 
-    def __init__(self, df, copy=0):
+    def __init__(self, df, copy=0, resume=None):
         self.df = df
         self.copy = copy
         self._it = None
+        self._n = 0
+        self._resume = resume
 
     def __call__(self, _ticket):
         local = _rng._local
         outer = getattr(local, "copy", None)
         local.copy = self.copy
         try:
-            for _ in range(2):
-                if self._it is None:
-                    self._it = iter(self.df)
-                try:
-                    return next(self._it)
-                except StopIteration:
-                    self._it = None
+            if self._resume is not None:
+                self._start_resumed()
+            dp = self._next()
+            n = self._n = self._n + 1
+            mark = _ckpt.copy_mark(self.df) if (n - 1) % _ckpt.MARK_EVERY == 0 else None
         finally:
             local.copy = outer
+        return [self.copy, n, mark, dp]     # a list: cheaper to send than a tuple
+
+    def _next(self):
+        for _ in range(2):
+            if self._it is None:
+                self._it = iter(self.df)
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._it = None
         raise empty_pass_error("a worker's copy", self.df)
+
+    def _start_resumed(self):
+        r, self._resume = self._resume, None
+        self.df._set_position(r["at"])
+        self._it = None
+        for _ in range(int(r["skip"])):
+            self._next()
 
 
 class OwnCopy:
-    """make_func of a runner: each worker resets and runs its own copy of ``ds``."""
+    """make_func of a runner: each worker resets and runs its own copy of ``ds``, from
+    ``resume[wid]`` when the runner was loaded from a state."""
 
-    def __init__(self, ds):
+    def __init__(self, ds, resume=None):
         self.ds = ds
+        self.resume = resume
 
     def __call__(self, wid):
         self.ds.reset_state()
-        return OwnDataFlow(self.ds, copy=wid)
+        return OwnDataFlow(self.ds, copy=wid,
+                           resume=None if self.resume is None else self.resume[wid])
 
 
-class CopiesRunner(_ckpt.CountedRunner, ParallelMapData):
+class CopiesRunner(_ckpt.CopiesPosition, ParallelMapData):
     """Base of the runners whose workers each run their own copy of ``ds`` (shipped to them by
     the executor): the consumer only hands out tickets, ``len(ds)`` per pass when that is known,
-    endlessly otherwise, at most ``num_prefetch`` ahead of the consumer."""
+    endlessly otherwise, at most ``num_prefetch`` ahead of the consumer. Subclasses start their
+    executor with :meth:`_own_copies` as its ``make_func``."""
 
     def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
         self.num_prefetch = num_prefetch
@@ -97,5 +123,16 @@ class CopiesRunner(_ckpt.CountedRunner, ParallelMapData):
     def _reset_source(self):
         pass                          # each worker resets its own copy
 
+    def _own_copies(self):
+        """The workers' ``make_func``: copies of ``ds``, from the loaded positions if any."""
+        return OwnCopy(self.map_func.ds, self._copy_entries())
+
+    def _result_bytes(self, value):
+        return super()._result_bytes(value[3])
+
+    def _fingerprint_inputs(self):
+        return [self.map_func.ds]
+
     def __iter__(self):
-        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner
+        self._resuming()
+        return self._replaying(self._tracked(ParallelMapData.__iter__(self)))

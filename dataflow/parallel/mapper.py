@@ -145,6 +145,7 @@ class ParallelMapData(ProxyDataFlow):
         self._finalizer = None
         self._state = None
         self._resume = None                # a position loaded by load_state_dict, not yet used
+        self._policy = None                # the _ErrorPolicy of the pass being iterated
         self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
         tell_parallel(self, self)
         tell_label(self, map_func)
@@ -297,8 +298,8 @@ class ParallelMapData(ProxyDataFlow):
                 st.per_item = 0.8 * st.per_item + 0.2 * min(per_item, 8 * st.per_item)
             kind, value = results[0][1], results[0][2]      # one sample per batch
             if kind == OK:
-                st.item_bytes = 0.8 * st.item_bytes + 0.2 * _array_bytes(value) \
-                    if st.item_bytes else _array_bytes(value)
+                nbytes = self._result_bytes(value)
+                st.item_bytes = 0.8 * st.item_bytes + 0.2 * nbytes if st.item_bytes else nbytes
         for seq, kind, value in results:
             st.outstanding.pop(seq)
             if seq < first_seq:
@@ -311,6 +312,10 @@ class ParallelMapData(ProxyDataFlow):
             while st.expect in st.held:
                 st.ready.append(st.held.pop(st.expect))
                 st.expect += 1
+
+    def _result_bytes(self, value):
+        """Bytes of the arrays in one result (a runner unwraps its results first)."""
+        return _array_bytes(value)
 
     def _autotune(self, now):
         """Apply the tuner's decision: one worker more or fewer, in the running pool. Executors
@@ -331,11 +336,15 @@ class ParallelMapData(ProxyDataFlow):
         st.held.clear()
         st.ready.clear()
         st.expect = first
-        policy = _ErrorPolicy(self, self._source_len())
+        before = 0                     # results of this pass handed over before a resume
+        policy = self._policy = _ErrorPolicy(
+            self, self._source_len(), lambda: before + st.lo - first + len(st.done))
         source, index, exhausted = self._begin_run(first), 0, False
         if self._resume is not None:
             r, self._resume = self._resume, None
             st.run, index = r["run"] - 1, r["index"]
+            before = index
+            policy.restore(r)
         st.run += 1
         st.in_pass = True
         while True:
@@ -385,7 +394,7 @@ class ParallelMapData(ProxyDataFlow):
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
-        policy = _ErrorPolicy(self, target)
+        policy = self._policy = _ErrorPolicy(self, target, lambda: st.handled)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
             st.floor = st.expect = st.next_seq
@@ -395,6 +404,7 @@ class ParallelMapData(ProxyDataFlow):
             r, self._resume = self._resume, None
             st.npass, st.index, st.run = r["pass"], r["index"], r["run"]
             handled = r["handled"]
+            policy.restore(r)
         else:
             if st.in_pass:             # the previous pass was abandoned
                 st.npass += 1
@@ -455,11 +465,7 @@ class ParallelMapData(ProxyDataFlow):
         if get is None:
             return NotImplementedError(f"{type(self).__name__}: its source "
                                        f"({type(self.ds).__name__}) cannot say where it is")
-        try:
-            get()
-        except NotImplementedError as e:
-            return e
-        return True
+        return _ckpt.rereadable(self.ds, type(self).__name__)
 
     def _mark(self, index):
         """Record where the source is before the chunk that starts at ``index``."""
@@ -484,6 +490,23 @@ class ParallelMapData(ProxyDataFlow):
     def _get_position(self):
         if self._resume is not None:
             return self._resume
+        position = self._position()
+        if self.on_error != "raise":
+            position["errors"] = self._error_counts()
+        return position
+
+    def _error_counts(self):
+        """What the error policy has counted: ``skipped``/``replaced`` since ``reset_state``
+        and, within the open pass, its ``errors``, ``seen`` and ``pending`` replacements (what
+        ``max_errors`` is checked against), so that a resumed pass enforces it as an
+        uninterrupted one would."""
+        counts = {"skipped": self.num_skipped, "replaced": self.num_replaced}
+        st, policy = self._state, self._policy
+        if policy is not None and st is not None and st.in_pass:
+            counts.update(policy.counts())
+        return counts
+
+    def _position(self):
         st = self._state
         if st is not None and st.track is not None and st.track is not True:
             raise st.track
@@ -556,15 +579,35 @@ class ParallelMapData(ProxyDataFlow):
 class _ErrorPolicy:
     """``on_error`` and ``max_errors`` applied to the results of one pass, in hand-over order."""
 
-    def __init__(self, owner, total):
+    def __init__(self, owner, total, handed):
         self.owner = owner
         self.total = total            # datapoints in the pass, when known
+        self.handed = handed          # () -> results of the pass handed over so far
         self.simple = owner.on_error != "replace"   # OK results need no bookkeeping
         self.seen = 0
         self.errors = 0
         self.pending = 0              # replacements owed until a good result exists
         self.last_good = None
         self.last_error = None
+
+    def counts(self):
+        """The per-pass counts a position records (see ``ParallelMapData._error_counts``)."""
+        return {"errors": self.errors, "seen": self.seen, "pending": self.pending}
+
+    def restore(self, position):
+        """Continue the counts of a loaded position (a pass resumed mid-way). A replacement
+        owed before the first good result of the resumed pass copies that result: the last
+        good result before the state is a datapoint, which a state never holds."""
+        counts = position.get("errors")
+        if not counts:
+            return
+        owner = self.owner
+        owner.num_skipped = int(counts.get("skipped", 0))
+        owner.num_replaced = int(counts.get("replaced", 0))
+        if position.get("open", True):
+            self.errors = int(counts.get("errors", 0))
+            self.seen = int(counts.get("seen", 0))
+            self.pending = int(counts.get("pending", 0))
 
     def handle(self, kind, value):
         """Yield what the consumer gets for one result; raise when the policy says so."""
@@ -583,7 +626,9 @@ class _ErrorPolicy:
         if limit is None:
             return False
         if isinstance(limit, float):
-            n = self.total if self.total is not None else self.seen
+            # of the results handed over so far (``seen`` counts only those the policy saw:
+            # with "skip" it sees errors alone)
+            n = self.total if self.total is not None else self.handed()
             return self.errors > limit * n
         return self.errors > limit
 

@@ -585,8 +585,11 @@ class RayRunner(_RayChunks, CopiesRunner):
     stream) and repeats it forever; each ``__iter__`` pass yields ``len(ds)`` datapoints when that
     is known, and never ends otherwise. ``address``, ``max_restarts`` and ``num_cpus_per_worker``
     are as for :class:`RayMapData`; a restarted actor starts a fresh copy of ``ds``.
+    ``state_dict()`` records where each copy is; a state loads into a ``RayRunner`` with the
+    same ``num_workers`` (or another runner with as many copies).
     """
     executor = RAY
+    _copies_name = "num_workers"
 
     def __init__(self, ds, num_workers, *, num_prefetch=50, address=None, max_restarts=0,
                  num_cpus_per_worker=1, timeout=None):
@@ -599,6 +602,6 @@ class RayRunner(_RayChunks, CopiesRunner):
         super().__init__(ds, num_workers, num_prefetch, timeout=timeout)
 
     def _make_executor(self):
-        return RayExecutor(self.num_workers, self.map_func, address=self.address,
+        return RayExecutor(self.num_workers, self._own_copies(), address=self.address,
                            max_restarts=self.max_restarts,
                            num_cpus_per_worker=self.num_cpus_per_worker)

@@ -95,16 +95,19 @@ class _PlacedMapData(ParallelMapData):
                              start_method=None, max_restarts=self.max_restarts)
 
 
-class MultiThreadRunner(_ckpt.CountedRunner, ParallelMapData):
+class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
     """Run ``num_thread`` copies of the dataflow returned by ``get_df()``, one per thread, and
     yield their datapoints in arrival order, at most ``num_prefetch`` ahead of the consumer.
 
     As in tensorpack, each ``__iter__`` pass yields ``len(get_df())`` datapoints when that length
     is known, and never ends otherwise. Errors in a copy reach the consumer with their original
-    type.
+    type. ``state_dict()`` records where each copy is (see
+    :class:`dataflow.checkpoint.CopiesPosition`); a state loads into a runner with the same
+    ``num_thread``.
     """
     executor = THREAD
     _autotune_ok = False       # one copy of the dataflow per thread: a fixed count
+    _copies_name = "num_thread"
 
     def __init__(self, get_df, num_prefetch, num_thread):
         if not callable(get_df):
@@ -112,6 +115,7 @@ class MultiThreadRunner(_ckpt.CountedRunner, ParallelMapData):
         self.get_df = get_df
         self.num_prefetch = num_prefetch
         self.num_thread = num_thread
+        self._model = None         # one dataflow of get_df(), for len() and the fingerprint
         super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
 
     def _reset_source(self):
@@ -121,17 +125,35 @@ class MultiThreadRunner(_ckpt.CountedRunner, ParallelMapData):
         self.ds = _Tickets(dataflow_length(self._dfs[0]))
 
     def _make_executor(self):
-        funcs = [OwnDataFlow(df, copy=k) for k, df in enumerate(self._dfs)]
+        entries = self._copy_entries() or [None] * self.num_workers
+        for k, df in enumerate(self._dfs):
+            if entries[k] is None:
+                # a fresh copy's random state was drawn here, in the order of this reset:
+                # record it, so that a resume does not depend on that order
+                self._records[k][0] = _ckpt.copy_mark(df)
+        funcs = [OwnDataFlow(df, copy=k, resume=entries[k]) for k, df in enumerate(self._dfs)]
         self._dfs = None
         return ThreadExecutor(self.num_workers, funcs.__getitem__)
 
+    def _model_df(self):
+        if self._model is None:
+            self._model = self.get_df()
+        return self._model
+
     def __len__(self):
         if self._state is None:
-            return len(self.get_df())
+            return len(self._model_df())
         return len(self.ds)
 
+    def _result_bytes(self, value):
+        return super()._result_bytes(value[3])
+
+    def _fingerprint_inputs(self):
+        return [self._model_df()]
+
     def __iter__(self):
-        return self._replaying(ParallelMapData.__iter__(self))    # see checkpoint.CountedRunner
+        self._resuming()          # see checkpoint.CopiesPosition
+        return self._replaying(self._tracked(ParallelMapData.__iter__(self)))
 
 
 class MultiProcessMapData(ParallelMapData):
@@ -183,7 +205,9 @@ class MultiProcessRunner(CopiesRunner):
 
     Each copy is reset in its process (each draws its own random stream) and repeated forever;
     each ``__iter__`` pass yields ``len(ds)`` datapoints when that is known, and never ends
-    otherwise.
+    otherwise. ``state_dict()`` records where each copy is (see
+    :class:`dataflow.checkpoint.CopiesPosition`); a state loads into a runner with the same
+    ``num_proc``.
     """
     executor = PROCESS
 
@@ -195,7 +219,7 @@ class MultiProcessRunner(CopiesRunner):
         super().__init__(ds, num_proc, num_prefetch, timeout=timeout)
 
     def _make_executor(self):
-        return ProcessExecutor(self.num_workers, self.map_func, self.start_method,
+        return ProcessExecutor(self.num_workers, self._own_copies(), self.start_method,
                                self.max_restarts)
 
 
