@@ -69,24 +69,7 @@ GOALS = {
 
 
 # -- the fbresnet pipeline, written once for either library's imgaug -------------------------
-
-def fbresnet_augmentor(imgaug, cv2):
-    """tensorpack's ImageNet training augmentation (fb.resnet.torch), for BGR images."""
-    eigval = np.asarray([0.2175, 0.0188, 0.0045][::-1]) * 255.0
-    eigvec = np.array([[-0.5675, 0.7192, 0.4009],
-                       [-0.5808, -0.0045, -0.8140],
-                       [-0.5836, -0.6948, 0.4203]], dtype="float32")[::-1, ::-1]
-    return [
-        imgaug.GoogleNetRandomCropAndResize(interp=cv2.INTER_CUBIC),
-        imgaug.ToFloat32(),
-        imgaug.RandomOrderAug([imgaug.BrightnessScale((0.6, 1.4)),
-                               imgaug.Contrast((0.6, 1.4), rgb=False),
-                               imgaug.Saturation(0.4, rgb=False),
-                               imgaug.Lighting(0.1, eigval=eigval, eigvec=eigvec)]),
-        imgaug.ToUint8(),
-        imgaug.Flip(horiz=True),
-    ]
-
+# (the augmentor list is examples/imagenet_pipeline.py's, through benchmarks/fbresnet.py)
 
 def imdecode_bgr(buf):
     import cv2
@@ -96,7 +79,8 @@ def imdecode_bgr(buf):
 def make_fbresnet_map(imgaug):
     """The map function of workload fbresnet: decode, then the augmentor list."""
     import cv2
-    augs = imgaug.AugmentorList(fbresnet_augmentor(imgaug, cv2))
+    from .fbresnet import fbresnet_augmentor
+    augs = imgaug.AugmentorList(fbresnet_augmentor(imgaug))
 
     def fbresnet_map(dp):
         return [augs.augment(cv2.imdecode(dp[0], cv2.IMREAD_COLOR)), dp[1]]
@@ -127,9 +111,9 @@ def _open(workload, system, source):
             if system == "dataflow-serial":
                 mapped = m.MapData(ds, make_fbresnet_map(m.imgaug))
             else:
-                import cv2
+                from .fbresnet import fbresnet_augmentor
                 ops = [m.ops.Lambda(m.native(imdecode_bgr), index=0),
-                       m.ops.Augment(fbresnet_augmentor(m.imgaug, cv2), index=0, copy=False)]
+                       m.ops.Augment(fbresnet_augmentor(m.imgaug), index=0, copy=False)]
                 mapped = m.MapData(ds, ops, num_parallel_workers=2, python_multiprocessing=True)
             df = m.BatchData(mapped, BATCH)
             df.reset_state()

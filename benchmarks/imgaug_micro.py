@@ -7,7 +7,9 @@ Every augmentor is built with the same arguments in both libraries and applied w
 ``augment(img)`` to the same image (uint8, then float32; random values with some smooth
 structure, ``H x W x 3``). Augmentors that modify their input in place (``SaltPepperNoise``,
 ``RandomCutout``) get a fresh copy per call, in both libraries. Each cell is the median over
-``--repeats`` runs of the mean time of ``--number`` calls; the two libraries are interleaved run
+``--repeats`` runs of the mean time of ``--number`` calls, each to a C-contiguous result (a
+call that returns a view, as 0.11's ``Flip`` and the crops do, is charged the copy its reader
+would make); the two libraries are interleaved run
 by run so that machine noise hits both alike. Before each run both augmentors (and their
 members) get the same ``RandomState`` seed, so they draw the same parameters where they draw
 them in the same order. ``ratio`` = tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads (default 1: the per-core cost, as in a
@@ -26,10 +28,7 @@ import time
 
 import numpy as np
 
-EIGVAL = np.asarray([0.2175, 0.0188, 0.0045][::-1]) * 255.0
-EIGVEC = np.array([[-0.5675, 0.7192, 0.4009],
-                   [-0.5808, -0.0045, -0.8140],
-                   [-0.5836, -0.6948, 0.4203]], dtype="float32")[::-1, ::-1]
+from .fbresnet import EIGVAL, EIGVEC, fbresnet_augmentor
 
 IN_PLACE = {"SaltPepperNoise", "RandomCutout"}
 
@@ -113,20 +112,9 @@ def cifar(m):
 
 
 def fbresnet(m, is_train):
-    """tensorpack's examples/ImageNetModels/imagenet_utils.py fbresnet_augmentor."""
-    import cv2
-    if is_train:
-        return [
-            m.GoogleNetRandomCropAndResize(interp=cv2.INTER_CUBIC),
-            m.ToFloat32(),
-            m.RandomOrderAug([m.BrightnessScale((0.6, 1.4)),
-                              m.Contrast((0.6, 1.4), rgb=False),
-                              m.Saturation(0.4, rgb=False),
-                              m.Lighting(0.1, eigval=EIGVAL, eigvec=EIGVEC)]),
-            m.ToUint8(),
-            m.Flip(horiz=True),
-        ]
-    return [m.ResizeShortestEdge(256, cv2.INTER_CUBIC), m.CenterCrop((224, 224))]
+    """tensorpack's examples/ImageNetModels/imagenet_utils.py fbresnet_augmentor (the list of
+    examples/imagenet_pipeline.py)."""
+    return fbresnet_augmentor(m, is_train)
 
 
 def make_image(h, w, dtype):
@@ -171,7 +159,9 @@ def max_diff(a, b, img, seeds=3):
 
 
 def time_calls(aug, img, number, copy, seed=0, in_map=False):
-    """Mean seconds per ``aug.augment`` call. ``in_map``: as inside a dataflow map, each call
+    """Mean seconds per ``aug.augment`` call, to a C-contiguous result (``np.ascontiguousarray``
+    of the output: nothing for a contiguous one; a view, such as 0.11's flipped image or a
+    crop, is copied, which its reader, ``BatchData`` or OpenCV, would do anyway). ``in_map``: as inside a dataflow map, each call
     under a new datapoint key (so ours draws from a fresh per-datapoint stream each time)."""
     imgs = [img.copy() for _ in range(number)] if copy else [img] * number
     seed_all(aug, seed)
@@ -181,13 +171,13 @@ def time_calls(aug, img, number, copy, seed=0, in_map=False):
         t0 = time.perf_counter()
         for k, x in enumerate(imgs):
             local.key = (seed, k)
-            aug.augment(x)
+            np.ascontiguousarray(aug.augment(x))
         elapsed = time.perf_counter() - t0
         rng.set_datapoint_key(None)
         return elapsed / number
     t0 = time.perf_counter()
     for x in imgs:
-        aug.augment(x)
+        np.ascontiguousarray(aug.augment(x))
     return (time.perf_counter() - t0) / number
 
 
