@@ -9,14 +9,14 @@ structure, ``H x W x 3``). Augmentors that modify their input in place (``SaltPe
 ``RandomCutout``) get a fresh copy per call, in both libraries. Each cell is the median over
 ``--repeats`` runs of the mean time of ``--number`` calls, each to a C-contiguous result (a
 call that returns a view, as 0.11's ``Flip`` and the crops do, is charged the copy its reader
-would make); the two libraries are interleaved run
-by run so that machine noise hits both alike. Before each run both augmentors (and their
-members) get the same ``RandomState`` seed, so they draw the same parameters where they draw
-them in the same order. ``ratio`` = tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads (default 1: the per-core cost, as in a
-map worker). A row whose tensorpack call fails (e.g. its ``Affine`` on current OpenCV) says so.
-The last rows are the augmentor chains of tensorpack's ImageNet (``fbresnet_augmentor``) and
-CIFAR-10 ResNet examples; "in a map" rows time ours as inside a dataflow map (with
-``set_seed``), where every datapoint draws from its own stream.
+would make); the two libraries are interleaved run by run so that machine noise hits both
+alike. Before each run both augmentors (and their members) get the same ``RandomState`` seed,
+so they draw the same parameters where they draw them in the same order. ``ratio`` =
+tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads
+(default 1: the per-core cost, as in a map worker). A row whose tensorpack call fails (e.g. its
+``Affine`` on current OpenCV) says so. The last rows are the augmentor chains of tensorpack's
+ImageNet (``fbresnet_augmentor``) and CIFAR-10 ResNet examples; "in a map" rows time ours as
+inside a dataflow map (with ``set_seed``), where every datapoint draws from its own stream.
 ``max abs diff`` compares the two outputs under equal seeds: 0 where the semantics agree, 1 for
 uint8 rounding (ours rounds, 0.11 truncates), large for the noise augmentors (another
 generator) and ``dtype`` for MeanVarianceNormalize (ours float32 as documented, 0.11 float64).
@@ -161,8 +161,9 @@ def max_diff(a, b, img, seeds=3):
 def time_calls(aug, img, number, copy, seed=0, in_map=False):
     """Mean seconds per ``aug.augment`` call, to a C-contiguous result (``np.ascontiguousarray``
     of the output: nothing for a contiguous one; a view, such as 0.11's flipped image or a
-    crop, is copied, which its reader, ``BatchData`` or OpenCV, would do anyway). ``in_map``: as inside a dataflow map, each call
-    under a new datapoint key (so ours draws from a fresh per-datapoint stream each time)."""
+    crop, is copied, which its reader, ``BatchData`` or OpenCV, would do anyway). ``in_map``:
+    as inside a dataflow map, each call under a new datapoint key (so ours draws from a fresh
+    per-datapoint stream each time)."""
     imgs = [img.copy() for _ in range(number)] if copy else [img] * number
     seed_all(aug, seed)
     if in_map:

@@ -9,9 +9,9 @@ Guarantees (tensorpack 0.11's contract, kept):
 * ``apply_image`` may modify its input in place or return a view of it (``CropTransform``
   returns a view); copy first if the caller's array must survive. ``FlipTransform`` and
   ``TransposeTransform`` return new C-contiguous arrays, where 0.11 returned views: the view
-  only deferred the copy to its reader (``BatchData``, the next OpenCV call), and numpy copies a horizontally flipped
-  224 x 224 x 3 uint8 view in about 460 us where ``cv2.flip`` makes it in 6 us, without the
-  GIL.
+  only deferred the copy to its reader (``BatchData``, the next OpenCV call), and numpy
+  copies a horizontally flipped 224 x 224 x 3 uint8 view in about 460 us where ``cv2.flip``
+  makes it in 6 us, without the GIL.
 * ``apply_coords`` accepts coordinates of any floating dtype (float16/32/64) and modifies them
   in place where it can, returning the result in the input's dtype. Integer coordinates are
   converted to a new float64 array. (0.11 rejected float32 by accident of numpy; it is accepted.)
