@@ -42,3 +42,19 @@ def test_list_train_images_labels_by_sorted_wnid(tmp_path):
     assert [(f.split("/")[-2], label) for f, label in files] == [("n01", 0), ("n02", 1)]
     with pytest.raises(SystemExit, match="no such directory"):
         m.list_train_images(tmp_path / "missing")
+
+
+def test_benchmarks_build_the_examples_fbresnet_augmentor_in_either_library():
+    # benchmarks.images and benchmarks.imgaug_micro run this one list, with each library's imgaug
+    from tensorpack.dataflow import imgaug as tp_imgaug
+
+    from benchmarks import fbresnet
+    from dataflow import imgaug
+    m = load_example("imagenet_pipeline.py")
+    for is_train in (True, False):
+        assert repr(fbresnet.fbresnet_augmentor(imgaug, is_train)) == \
+            repr(m.fbresnet_augmentor(is_train))
+        ours = [type(a).__name__ for a in fbresnet.fbresnet_augmentor(imgaug, is_train)]
+        theirs = fbresnet.fbresnet_augmentor(tp_imgaug, is_train)
+        assert [type(a).__name__ for a in theirs] == ours
+        assert all(type(a).__module__.startswith("tensorpack.") for a in theirs)
