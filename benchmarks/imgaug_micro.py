@@ -13,10 +13,14 @@ would make); the two libraries are interleaved run by run so that machine noise 
 alike. Before each run both augmentors (and their members) get the same ``RandomState`` seed,
 so they draw the same parameters where they draw them in the same order. ``ratio`` =
 tensorpack time / ours (above 1: ours is faster). OpenCV runs with ``--cv-threads`` threads
-(default 1: the per-core cost, as in a map worker). A row whose tensorpack call fails (e.g. its
-``Affine`` on current OpenCV) says so. The last rows are the augmentor chains of tensorpack's
-ImageNet (``fbresnet_augmentor``) and CIFAR-10 ResNet examples; "in a map" rows time ours as
-inside a dataflow map (with ``set_seed``), where every datapoint draws from its own stream.
+(default 1: the per-core cost, as in a map worker), and a call is timed by the calling thread's
+CPU time (``--clock cpu``, the default: with one OpenCV thread all the work is in that thread,
+and time the machine gives other processes is not counted, so a loaded machine does not swamp
+the microseconds compared; ``--clock wall`` for elapsed time). A row whose tensorpack call
+fails (e.g. its ``Affine`` on current OpenCV) says so. The last rows are the augmentor chains
+of tensorpack's ImageNet (``fbresnet_augmentor``) and CIFAR-10 ResNet examples; "in a map"
+rows time ours as inside a dataflow map (with ``set_seed``), where every datapoint draws from
+its own stream.
 ``max abs diff`` compares the two outputs under equal seeds: 0 where the semantics agree, 1 for
 uint8 rounding (ours rounds, 0.11 truncates), large for the noise augmentors (another
 generator) and ``dtype`` for MeanVarianceNormalize (ours float32 as documented, 0.11 float64).
@@ -158,6 +162,10 @@ def max_diff(a, b, img, seeds=3):
     return f"{worst:.3g}"
 
 
+_CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+_clock = time.thread_time
+
+
 def time_calls(aug, img, number, copy, seed=0, in_map=False):
     """Mean seconds per ``aug.augment`` call, to a C-contiguous result (``np.ascontiguousarray``
     of the output: nothing for a contiguous one; a view, such as 0.11's flipped image or a
@@ -169,17 +177,17 @@ def time_calls(aug, img, number, copy, seed=0, in_map=False):
     if in_map:
         from dataflow import rng
         local = rng._local
-        t0 = time.perf_counter()
+        t0 = _clock()
         for k, x in enumerate(imgs):
             local.key = (seed, k)
             np.ascontiguousarray(aug.augment(x))
-        elapsed = time.perf_counter() - t0
+        elapsed = _clock() - t0
         rng.set_datapoint_key(None)
         return elapsed / number
-    t0 = time.perf_counter()
+    t0 = _clock()
     for x in imgs:
         np.ascontiguousarray(aug.augment(x))
-    return (time.perf_counter() - t0) / number
+    return (_clock() - t0) / number
 
 
 def main(argv=None):
@@ -189,7 +197,11 @@ def main(argv=None):
     p.add_argument("--size", default="300x400")
     p.add_argument("--cv-threads", type=int, default=1)
     p.add_argument("--only", default="", help="comma-separated class names")
+    p.add_argument("--clock", choices=sorted(_CLOCKS), default="cpu",
+                   help="cpu: the calling thread's CPU time (default); wall: elapsed time")
     args = p.parse_args(argv)
+    global _clock
+    _clock = _CLOCKS[args.clock]
     h, w = (int(v) for v in args.size.split("x"))
 
     import cv2
@@ -233,7 +245,7 @@ def main(argv=None):
                   + (f" vs {t:.0f} us" if t else f" (tensorpack: {tp_error})"), file=sys.stderr)
 
     print(f"\nimgaug microbenchmark: {h}x{w}x3 images, median of {args.repeats} x "
-          f"{args.number} calls, cv2 threads = {args.cv_threads}\n")
+          f"{args.number} calls, {args.clock} time, cv2 threads = {args.cv_threads}\n")
     print("| augmentor | dtype | dataflow (us) | tensorpack 0.11 (us) | ratio | max abs diff |")
     print("|---|---|---:|---:|---:|---:|")
     slower = []
