@@ -202,7 +202,7 @@ class FlipTransform(Transform):
     def apply_image(self, img):
         if _opencv_takes(img):
             out = cv2().flip(cv_input(img), 1 if self.horiz else 0)
-            return out.reshape(img.shape) if out.shape != img.shape else out
+            return out[:, :, None] if out.ndim != img.ndim else out    # (h, w, 1) came back 2-D
         return np.ascontiguousarray(img[:, ::-1] if self.horiz else img[::-1])
 
     def apply_coords(self, coords):
@@ -225,8 +225,7 @@ class TransposeTransform(Transform):
     def apply_image(self, img):
         if _opencv_takes(img):
             out = cv2().transpose(cv_input(img))
-            shape = (img.shape[1], img.shape[0]) + img.shape[2:]
-            return out.reshape(shape) if out.shape != shape else out
+            return out[:, :, None] if out.ndim != img.ndim else out    # (h, w, 1) came back 2-D
         return np.ascontiguousarray(img.swapaxes(0, 1))
 
     def apply_coords(self, coords):
