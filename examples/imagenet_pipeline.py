@@ -46,28 +46,35 @@ def cache_dir():
 
 # --- the augmentors ------------------------------------------------------------------------------
 
-def fbresnet_augmentor(is_train):
+# the ImageNet PCA of fb.resnet.torch (eigenvalues and eigenvectors as columns), in BGR order
+FBRESNET_EIGVAL = np.asarray([0.2175, 0.0188, 0.0045][::-1]) * 255.0
+FBRESNET_EIGVEC = np.array([[-0.5675, 0.7192, 0.4009],
+                            [-0.5808, -0.0045, -0.8140],
+                            [-0.5836, -0.6948, 0.4203]], dtype="float32")[::-1, ::-1]
+
+
+def fbresnet_augmentor(is_train, aug_module=None):
     """tensorpack's ImageNet augmentation, for BGR uint8 images: a random crop of 8-100 % of
     the area resized to 224 (bicubic), colour jitter in random order, PCA lighting and a flip
-    for training; resize the short edge to 256 and crop the centre 224 x 224 for validation."""
+    for training; resize the short edge to 256 and crop the centre 224 x 224 for validation.
+
+    ``aug_module`` is the imgaug module to build the augmentors from (default
+    ``dataflow.imgaug``; ``benchmarks/`` passes tensorpack's too, so that both libraries run
+    this one list)."""
     import cv2
+    m = imgaug if aug_module is None else aug_module
     if not is_train:
-        return [imgaug.ResizeShortestEdge(256, interp=cv2.INTER_CUBIC),
-                imgaug.CenterCrop((224, 224))]
-    # the ImageNet PCA of fb.resnet.torch, in BGR order
-    eigval = np.asarray([0.2175, 0.0188, 0.0045][::-1]) * 255.0
-    eigvec = np.array([[-0.5675, 0.7192, 0.4009],
-                       [-0.5808, -0.0045, -0.8140],
-                       [-0.5836, -0.6948, 0.4203]], dtype="float32")[::-1, ::-1]
+        return [m.ResizeShortestEdge(256, interp=cv2.INTER_CUBIC),
+                m.CenterCrop((224, 224))]
     return [
-        imgaug.GoogleNetRandomCropAndResize(interp=cv2.INTER_CUBIC),
-        imgaug.ToFloat32(),
-        imgaug.RandomOrderAug([imgaug.BrightnessScale((0.6, 1.4)),
-                               imgaug.Contrast((0.6, 1.4), rgb=False),
-                               imgaug.Saturation(0.4, rgb=False),
-                               imgaug.Lighting(0.1, eigval=eigval, eigvec=eigvec)]),
-        imgaug.ToUint8(),
-        imgaug.Flip(horiz=True),
+        m.GoogleNetRandomCropAndResize(interp=cv2.INTER_CUBIC),
+        m.ToFloat32(),
+        m.RandomOrderAug([m.BrightnessScale((0.6, 1.4)),
+                          m.Contrast((0.6, 1.4), rgb=False),
+                          m.Saturation(0.4, rgb=False),
+                          m.Lighting(0.1, eigval=FBRESNET_EIGVAL, eigvec=FBRESNET_EIGVEC)]),
+        m.ToUint8(),
+        m.Flip(horiz=True),
     ]
 
 

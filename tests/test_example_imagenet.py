@@ -1,10 +1,14 @@
 """examples/imagenet_pipeline.py runs end to end, and with --seed gives the same batches in
 every executor."""
 import re
+from pathlib import Path
 
 import pytest
 
+from tests._tensorpack import run_tensorpack
 from tests.test_examples import load_example, run_example
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("cv2")
 
@@ -42,3 +46,26 @@ def test_list_train_images_labels_by_sorted_wnid(tmp_path):
     assert [(f.split("/")[-2], label) for f, label in files] == [("n01", 0), ("n02", 1)]
     with pytest.raises(SystemExit, match="no such directory"):
         m.list_train_images(tmp_path / "missing")
+
+
+def test_benchmarks_build_the_examples_fbresnet_augmentor_in_either_library():
+    # benchmarks.images and benchmarks.imgaug_micro run this one list, with each library's
+    # imgaug (tensorpack's in a subprocess: importing it patches msgpack for the whole process)
+    from benchmarks import fbresnet
+    from dataflow import imgaug
+    m = load_example("imagenet_pipeline.py")
+    names = {}
+    for is_train in (True, False):
+        augs = fbresnet.fbresnet_augmentor(imgaug, is_train)
+        assert repr(augs) == repr(m.fbresnet_augmentor(is_train))
+        names[is_train] = [type(a).__name__ for a in augs]
+    out = run_tensorpack("""
+        from tensorpack.dataflow import imgaug
+        from benchmarks import fbresnet
+        for is_train in (True, False):
+            augs = fbresnet.fbresnet_augmentor(imgaug, is_train)
+            assert all(type(a).__module__.startswith("tensorpack.") for a in augs)
+            print(is_train, ",".join(type(a).__name__ for a in augs))
+        """, cwd=str(ROOT))
+    lines = [line.split() for line in out.splitlines() if line.startswith(("True", "False"))]
+    assert lines == [["True", ",".join(names[True])], ["False", ",".join(names[False])]]

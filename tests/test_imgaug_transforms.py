@@ -64,6 +64,26 @@ def test_crop_flip_transpose_images():
     np.testing.assert_array_equal(NoOpTransform().apply_image(img), img)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64, np.int64, bool])
+@pytest.mark.parametrize("shape", [(6, 9), (6, 9, 1), (6, 9, 3), (6, 9, 4), (6, 9, 5)])
+@pytest.mark.parametrize("layout", ["contiguous", "crop", "reversed"])
+def test_flip_and_transpose_give_new_contiguous_arrays(dtype, shape, layout):
+    # OpenCV's path (up to 4 channels of its dtypes) and numpy's (the rest) agree with numpy's
+    # reference, for contiguous inputs and views, and never return a view of the input
+    base = (np.random.RandomState(1).rand(*shape) * 200).astype(dtype)
+    img = {"contiguous": base, "crop": base[1:5, 2:8],
+           "reversed": base[::-1, ::-1]}[layout]
+    h, w = img.shape[:2]
+    cases = [(imgaug.FlipTransform(h, w, horiz=True), img[:, ::-1]),
+             (imgaug.FlipTransform(h, w, horiz=False), img[::-1]),
+             (TransposeTransform(), img.swapaxes(0, 1))]
+    for t, expected in cases:
+        out = t.apply_image(img)
+        assert out.shape == expected.shape and out.dtype == img.dtype
+        assert out.flags.c_contiguous and not np.shares_memory(out, base)
+        np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_warp_affine_equals_cv2(dtype):
     img = image(dtype=dtype)

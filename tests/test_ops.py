@@ -109,6 +109,18 @@ def test_random_crop_is_slicing_at_every_position():
     assert seen == {(t, l) for t in range(3) for l in range(2)}
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64, np.int64, bool])
+@pytest.mark.parametrize("shape", [(6, 9), (6, 9, 1), (6, 9, 3), (6, 9, 5)])
+def test_flip_gives_a_new_contiguous_array_of_every_dtype(dtype, shape):
+    # cv2.flip where OpenCV takes the image (up to 4 channels of its dtypes), numpy otherwise
+    base = (np.random.RandomState(2).rand(*shape) * 200).astype(dtype)
+    for x in (base, base[1:5, ::-1]):
+        out = RandomHorizontalFlip(1.0)(x)
+        assert out.dtype == x.dtype and out.flags.c_contiguous
+        assert not np.shares_memory(out, base)
+        np.testing.assert_array_equal(out, x[:, ::-1])
+
+
 def test_flip():
     x = image()
     np.testing.assert_array_equal(RandomHorizontalFlip(1.0)(x), x[:, ::-1])

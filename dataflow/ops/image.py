@@ -332,12 +332,36 @@ class CenterCrop(_Crop):
         return (h - ch) // 2, (w - cw) // 2
 
 
+_FLIP_CV_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16,
+                                                   np.int32, np.float32, np.float64))
+_cv2_for_flip = None     # the cv2 module, False when it cannot be imported, None: not tried
+
+
+def _flip_lr(x):
+    """``x[:, ::-1]`` as a new C-contiguous array: ``cv2.flip`` where OpenCV is installed and
+    takes the image (up to 4 channels of its dtypes; 224 x 224 x 3 uint8: 6 us against numpy's
+    460 us for the strided copy), else numpy."""
+    global _cv2_for_flip
+    if _cv2_for_flip is None:
+        try:
+            from ..parallel import cvthreads
+            _cv2_for_flip = cvthreads.import_cv2()
+        except ImportError:
+            _cv2_for_flip = False
+    if _cv2_for_flip and x.dtype in _FLIP_CV_DTYPES and x.size and \
+            (x.ndim == 2 or x.shape[2] <= 4):
+        src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        out = _cv2_for_flip.flip(src, 1)
+        return out.reshape(x.shape) if out.shape != x.shape else out
+    return x[:, ::-1].copy()
+
+
 class RandomHorizontalFlip(Op):
     """With probability ``prob``, flip an HW or HWC image left-right (``x[:, ::-1]``, as a new
     contiguous array); otherwise return the image unchanged.
 
     Draws one float from :func:`~dataflow.rng.datapoint_rng` per call, whatever ``prob``.
-    Native: one numpy copy.
+    Native: one ``cv2.flip`` (GIL released) where OpenCV is installed, else one numpy copy.
     """
 
     native = True
@@ -354,7 +378,7 @@ class RandomHorizontalFlip(Op):
     def apply(self, x):
         _check_image(self, x)
         if _rng.datapoint_rng().random() < self.prob:
-            return x[:, ::-1].copy()
+            return _flip_lr(x)
         return x
 
 
