@@ -14,6 +14,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+TERM_GRACE_S = 3.0       # from SIGTERM to SIGKILL when a run is killed
+
 _WHERE = {"starting": "in startup, before the first datapoint",
           "started": "in the measured loop", "measured": "in teardown"}
 
@@ -146,9 +148,16 @@ class Server:
         pid = self._pid = None
         stage = "starting"
         killed = None
+        hard_killed = False
         result = error = None
         while True:
             msg = self._read(deadline)
+            if msg is None and killed is not None and not hard_killed:
+                # SIGTERM did not end the run within TERM_GRACE_S: SIGKILL its group
+                hard_killed = True
+                _killpg(pid)
+                deadline = time.monotonic() + 10
+                continue
             if msg is None:                           # a deadline passed: kill the child's group
                 if killed is not None or pid is None:
                     # killed already and still no EXIT, or never forked: the server is wedged
@@ -165,8 +174,10 @@ class Server:
                     killed = "teardown"
                 else:
                     killed = "run"
-                _killpg(pid)
-                deadline = time.monotonic() + 10
+                # SIGTERM first: the run's workers end, and multiprocessing's resource tracker
+                # (which ignores SIGTERM) unlinks the semaphores they leave in /dev/shm
+                _killpg(pid, signal.SIGTERM)
+                deadline = time.monotonic() + TERM_GRACE_S
                 continue
             tag, payload = msg
             if tag == "EOF":
@@ -225,8 +236,8 @@ def _complete_from_stages(rec, cmd):
     rec["teardown_kind"] = "killed"
 
 
-def _killpg(pgid):
+def _killpg(pgid, sig=signal.SIGKILL):
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
     except OSError:
         pass

@@ -46,9 +46,12 @@ CHECK_EVERY = 16      # items between two looks at the clock when a run has a ti
 
 
 def _check_batch(first, n):
-    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows."""
+    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows (torch's
+    collate leaves byte strings in a tuple of ``n``)."""
     leaves = first if isinstance(first, (list, tuple)) else [first]
-    return bool(leaves) and all(getattr(x, "shape", (None,))[:1] == (n,) for x in leaves)
+    return bool(leaves) and all(
+        len(x) == n if isinstance(x, (list, tuple)) else getattr(x, "shape", (None,))[:1] == (n,)
+        for x in leaves)
 
 
 def measure(family, cmd):
@@ -187,6 +190,40 @@ def _decode(status):
     return {"signal": None, "code": os.WEXITSTATUS(status)}
 
 
+LEFTOVER_GRACE_S = 2.0   # SIGTERM to SIGKILL, for what a run leaves in its process group
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _end_group(pgid):
+    """End whatever the run left in its process group (e.g. workers still busy with a batch);
+    returns whether anything was left. SIGTERM first: the workers end, and multiprocessing's
+    resource tracker (which ignores SIGTERM) then sees its last user gone and unlinks the named
+    semaphores they leaked, instead of dying with them in /dev/shm; SIGKILL whatever is left
+    after LEFTOVER_GRACE_S."""
+    if not _group_alive(pgid):
+        return False
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        return True
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)    # polling processes that are not our children: no handle to wait on
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    return True
+
+
 def serve(family_name, dataflow_module, workloads=()):
     global _PROTO
     _PROTO = os.dup(1)
@@ -206,6 +243,11 @@ def serve(family_name, dataflow_module, workloads=()):
         # which the runs then find loaded, as a long-running program would).
         from .workloads import jpeg_source
         jpeg_source()
+    if "fbresnet" in workloads and not family.unavailable_for.get("fbresnet"):
+        # Likewise the fbresnet JPEGs, and the imports its map function makes on first use.
+        from .workloads import fbresnet_augmentors, fbresnet_source
+        fbresnet_source()
+        fbresnet_augmentors()
     import numpy
     # Objects that exist now (the imports) are left out of every later collection: gc.collect()
     # in a run then costs what the run created, and a forked child does not take copy-on-write
@@ -232,13 +274,7 @@ def serve(family_name, dataflow_module, workloads=()):
         except OSError:
             pass
         _, status = os.waitpid(pid, 0)
-        leftovers = False
-        try:
-            os.killpg(pid, 0)       # anything still in the child's process group?
-            leftovers = True
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        leftovers = _end_group(pid)
         send("EXIT", dict(_decode(status), pid=pid, leftovers=leftovers))
 
 
