@@ -235,7 +235,7 @@ class Family:
         if reason:
             self.unavailable_for["fbresnet"] = {s: reason for s in self._systems()}
         elif self.name == "dataflow":
-            missing = self._missing(_DATAFLOW_FB_TABLE_NEEDS + ("BatchData",))
+            missing = self._missing(_DATAFLOW_FB_TABLE_NEEDS)
             if not missing and not _accepts(self.mods["df"].MapData, "num_parallel_workers"):
                 missing.append("MapData(num_parallel_workers=...)")
             if missing:

@@ -335,6 +335,18 @@ def _lmdb_txn(path):
     return txn
 
 
+def close_lmdb():
+    """Close the environments this process opened for the readers (the runs just exit; tests
+    call this)."""
+    with _lmdb_lock:
+        envs = list(_lmdb_envs.values())
+        _lmdb_envs.clear()
+    _lmdb_local.txns = {}
+    for pid, env in envs:
+        if pid == os.getpid():
+            env.close()
+
+
 def _read(wid, k):
     from dataflow.formats import codec
     path = lmdb_path(wid)
@@ -359,12 +371,13 @@ _lmdb_records = {}
 
 def lmdb_source(wid):
     """``[[k] for k in range(records)]`` of workload ``wid``'s file (its entries less __keys__)."""
-    n = _lmdb_records.get(wid)
+    path = lmdb_path(wid)
+    n = _lmdb_records.get(path)
     if n is None:
         import lmdb
-        env = lmdb.open(lmdb_path(wid), subdir=False, readonly=True, lock=False)
+        env = lmdb.open(path, subdir=False, readonly=True, lock=False)
         try:
-            n = _lmdb_records[wid] = env.stat()["entries"] - 1
+            n = _lmdb_records[path] = env.stat()["entries"] - 1
         finally:
             env.close()
     return [[k] for k in range(n)]
