@@ -14,8 +14,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-TERM_GRACE_S = 3.0       # from SIGTERM to SIGKILL when a run is killed
-
 _WHERE = {"starting": "in startup, before the first datapoint",
           "started": "in the measured loop", "measured": "in teardown"}
 
@@ -148,19 +146,14 @@ class Server:
         pid = self._pid = None
         stage = "starting"
         killed = None
-        hard_killed = False
         result = error = None
         while True:
             msg = self._read(deadline)
-            if msg is None and killed is not None and not hard_killed:
-                # SIGTERM did not end the run within TERM_GRACE_S: SIGKILL its group
-                hard_killed = True
-                _killpg(pid)
-                deadline = time.monotonic() + 10
-                continue
             if msg is None:                           # a deadline passed: kill the child's group
                 if killed is not None or pid is None:
                     # killed already and still no EXIT, or never forked: the server is wedged
+                    if pid is not None:
+                        _killpg(pid)
                     rec["status"] = rec["status"] or "hung"
                     rec["stage"] = stage
                     rec["error"] = "the fork server stopped answering"
@@ -174,10 +167,10 @@ class Server:
                     killed = "teardown"
                 else:
                     killed = "run"
-                # SIGTERM first: the run's workers end, and multiprocessing's resource tracker
-                # (which ignores SIGTERM) unlinks the semaphores they leave in /dev/shm
-                _killpg(pid, signal.SIGTERM)
-                deadline = time.monotonic() + TERM_GRACE_S
+                # The child alone: the fork server then ends the rest of its process group
+                # the way that leaves nothing in /dev/shm (zygote._end_group).
+                _kill(pid)
+                deadline = time.monotonic() + 10
                 continue
             tag, payload = msg
             if tag == "EOF":
@@ -236,8 +229,15 @@ def _complete_from_stages(rec, cmd):
     rec["teardown_kind"] = "killed"
 
 
-def _killpg(pgid, sig=signal.SIGKILL):
+def _kill(pid):
     try:
-        os.killpg(pgid, sig)
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _killpg(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass

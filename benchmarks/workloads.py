@@ -173,6 +173,7 @@ def _check_img_batch(dp):
             and x.shape == (IMG_BATCH, 3, IMG_CROP, IMG_CROP) and x.dtype == np.float32
             and y.shape == (IMG_BATCH,) and y.dtype.kind in "iu")
 
+
 # ---------------------------------------------------------------------------- workload "fbresnet"
 # tensorpack's ImageNet training augmentation over 512 in-memory JPEGs of random 300-500 px
 # (benchmarks/images.py's source), with dataflow's imgaug in every system: every library runs

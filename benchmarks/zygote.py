@@ -190,10 +190,64 @@ def _decode(status):
     return {"signal": None, "code": os.WEXITSTATUS(status)}
 
 
-LEFTOVER_GRACE_S = 2.0   # SIGTERM to SIGKILL, for what a run leaves in its process group
+LEFTOVER_GRACE_S = 2.0   # for multiprocessing's resource tracker to clean up and exit
 
 
-def _group_alive(pgid):
+def _group_members(pgid):
+    """{pid: command line} of the live (not zombie) processes of process group ``pgid``, from
+    /proc; None where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    out = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()   # state, ppid, pgrp, ...
+            if int(fields[2]) != pgid or fields[0] == b"Z":
+                continue
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                out[int(name)] = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _end_group(pgid):
+    """End whatever the run left in its process group (e.g. workers still busy with a batch);
+    returns whether anything was left. Everything but multiprocessing's resource tracker gets
+    SIGKILL at once; the tracker, once its last user is gone, unlinks the named semaphores they
+    leaked (instead of dying with them left in /dev/shm) and exits; SIGKILL to the group after
+    LEFTOVER_GRACE_S ends whatever is still there. Without /proc: SIGTERM (which the tracker
+    ignores), then the same grace and SIGKILL."""
+    members = _group_members(pgid)
+    if members is None:
+        if not _group_alive(pgid, False):
+            return False
+        _kill_group(pgid, signal.SIGTERM)
+    elif not members:
+        return False
+    else:
+        for pid, cmdline in members.items():
+            if b"multiprocessing.resource_tracker" not in cmdline:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _group_alive(pgid, members is not None) and time.monotonic() < deadline:
+        time.sleep(0.01)    # polling processes that are not our children: nothing to wait on
+    _kill_group(pgid, signal.SIGKILL)
+    return True
+
+
+def _group_alive(pgid, proc):
+    if proc:
+        return bool(_group_members(pgid))
     try:
         os.killpg(pgid, 0)
     except OSError:
@@ -201,27 +255,11 @@ def _group_alive(pgid):
     return True
 
 
-def _end_group(pgid):
-    """End whatever the run left in its process group (e.g. workers still busy with a batch);
-    returns whether anything was left. SIGTERM first: the workers end, and multiprocessing's
-    resource tracker (which ignores SIGTERM) then sees its last user gone and unlinks the named
-    semaphores they leaked, instead of dying with them in /dev/shm; SIGKILL whatever is left
-    after LEFTOVER_GRACE_S."""
-    if not _group_alive(pgid):
-        return False
+def _kill_group(pgid, sig):
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, sig)
     except OSError:
-        return True
-    deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.02)    # polling processes that are not our children: no handle to wait on
-    if _group_alive(pgid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-    return True
+        pass
 
 
 def serve(family_name, dataflow_module, workloads=()):
