@@ -73,7 +73,8 @@ def parse_args(argv):
                     "dataflow and its peers, alternating systems run by run; print a Markdown "
                     "table.")
     p.add_argument("--quick", action="store_true",
-                   help="short runs (~0.1-0.3 s each), whole thing under a minute")
+                   help="short runs (~0.1-0.3 s each; the default set with every peer takes ~6 "
+                        "minutes on 2 busy cores, most of it the peers' process startups)")
     p.add_argument("--workloads", default=DEFAULT_WORKLOADS,
                    help="comma-separated ids: 1-5, img, fbresnet, lmdb, lmdb-tiny, or 'all' "
                         "(default: %(default)s)")
