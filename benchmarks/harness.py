@@ -5,28 +5,46 @@ a per-family fork server (zygote.py), under a time limit, so that a peer that ha
 reported as such and the harness goes on.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 from . import report
-from .server import Server, ServerDied
+from .server import ROOT, Server, ServerDied
 from .systems import FAMILIES, SYSTEMS, applies, description, workers_of
 
-# Workload labels, without importing numpy here (workloads.py does). Ids: ints 1-5, then "img".
+# Workload labels, without importing numpy here (workloads.py does). Ids: ints 1-5, then strings.
 WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
                    4: "pure Python ~1 ms", 5: "BLAS ~1 ms",
-                   "img": "JPEG pipeline, batch 32"}
+                   "img": "JPEG pipeline, batch 32",
+                   "fbresnet": "fbresnet augmentation, batch 32",
+                   "lmdb": "LMDB read, 150 KB records", "lmdb-tiny": "LMDB read, tiny records"}
+# What `python -m benchmarks` runs without --workloads (a full run stays under ~10 minutes on 2
+# cores); "all" adds fbresnet and the LMDB workloads (each about as long as img again).
+DEFAULT_WORKLOADS = "1,2,3,4,5,img"
 # Datapoints measured after the first one: (full, quick). Chosen so that runs measure steady state
 # (the slowest peer takes ~1-3 s per run in a full run, torch up to ~9 s on workload 2; ~0.1-0.3 s
 # in --quick, on 2 cores) and stay within one pass over the 10,000 source datapoints: tensorpack's
 # strict MultiProcessMapDataZMQ hangs at a pass boundary. (The harness passes the count to each run.)
 # For "img" the count is of images after the first batch, a multiple of the batch size (32).
+# fbresnet: the 480 images of its one pass after the first batch (quick: 64). The LMDB workloads
+# read one pass of a file of COUNTS + LMDB_SPARE records (written once per harness run).
 COUNTS = {1: (30000, 3000), 2: (9000, 1200), 3: (600, 80), 4: (2000, 250), 5: (2000, 250),
-          "img": (1024, 128)}
+          "img": (1024, 128), "fbresnet": (480, 64), "lmdb": (6000, 500),
+          "lmdb-tiny": (60000, 5000)}
+# The first item (up to a batch of 32) and a margin, plus the buffer of tensorpack's strict
+# process mapper (200): once it has sent a pass's last datapoint it drains its buffer, and there
+# it hangs now and then (every process waiting in recv; about 1 run in 10 on lmdb in --quick
+# before this margin), so no run reaches that point.
+LMDB_SPARE = 64 + 200
+PREPARE_TIMEOUT = 300.0  # writing the data of the run (~1 GB of LMDB in a full run)
 
 # The measured window also ends after this many seconds (full, quick): the slowest peers (SPDL on
 # the tiny workloads, ~1,000 dp/s) would otherwise take half a minute per run. Throughput is
@@ -59,9 +77,11 @@ def parse_args(argv):
                     "dataflow and its peers, alternating systems run by run; print a Markdown "
                     "table.")
     p.add_argument("--quick", action="store_true",
-                   help="short runs (~0.1-0.3 s each), whole thing under a minute")
-    p.add_argument("--workloads", default="1,2,3,4,5,img",
-                   help="comma-separated ids: 1-5, img (default: all)")
+                   help="short runs (~0.1-0.3 s each; the default set with every peer takes ~6 "
+                        "minutes on 2 busy cores, most of it the peers' process startups)")
+    p.add_argument("--workloads", default=DEFAULT_WORKLOADS,
+                   help="comma-separated ids: 1-5, img, fbresnet, lmdb, lmdb-tiny, or 'all' "
+                        "(default: %(default)s)")
     p.add_argument("--systems", default="all",
                    help="comma-separated systems or families (%s) or 'all'; systems: %s"
                         % (", ".join(FAMILIES), ", ".join(SYSTEMS)))
@@ -91,9 +111,10 @@ def parse_args(argv):
     if not args.workers or min(args.workers) < 1:
         p.error("--workers: counts must be >= 1")
     args.workers = list(dict.fromkeys(args.workers))
-    args.workloads = [int(w) if w.isdigit() else w
-                      for w in _parse_ids(args.workloads, [str(w) for w in WORKLOAD_LABELS],
-                                          "workload")]
+    ids = _parse_ids(args.workloads, ["all"] + [str(w) for w in WORKLOAD_LABELS], "workload")
+    if "all" in ids:
+        ids = [str(w) for w in WORKLOAD_LABELS]
+    args.workloads = [int(w) if w.isdigit() else w for w in ids]
     names = []
     for part in _parse_ids(args.systems, ["all"] + list(FAMILIES) + list(SYSTEMS), "system"):
         if part == "all":
@@ -107,7 +128,7 @@ def parse_args(argv):
                     if s in names and any(applies(s, w) for w in args.workloads)]
     if not args.systems:
         p.error("none of the selected systems runs the selected workloads (dataflow-table runs "
-                "only workload img)")
+                "only workloads img and fbresnet)")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
     return args
@@ -186,16 +207,83 @@ def blas_notes(servers):
     return notes
 
 
+# -------------------------------------------------------------------------------- the run's data
+# workloads.DATA_DIR_ENV (not imported here: workloads.py imports numpy).
+DATA_DIR_ENV = "DATAFLOW_BENCH_DATA_DIR"
+LMDB_WORKLOADS = ("lmdb", "lmdb-tiny")
+
+
+@contextlib.contextmanager
+def prepared_data(args):
+    """Write the data the selected workloads read (the LMDB files; the fbresnet JPEGs, so that
+    the fork servers load them instead of each encoding them) into a temporary directory, named
+    to the fork servers by $DATAFLOW_BENCH_DATA_DIR; yields notes for the report. The directory
+    is removed on the way out, error or not."""
+    q = 1 if args.quick else 0
+    items = ["%s=%d" % (w, COUNTS[w][q] + LMDB_SPARE) for w in args.workloads
+             if w in LMDB_WORKLOADS]
+    if "fbresnet" in args.workloads:
+        items.append("fbresnet")
+    if not items:
+        yield []
+        return
+    saved = {k: os.environ.get(k) for k in (DATA_DIR_ENV, "TENSORPACK_SERIALIZE")}
+    tmp = tempfile.mkdtemp(prefix="dataflow-bench-data-")
+    notes = []
+    try:
+        os.environ[DATA_DIR_ENV] = tmp
+        if any(w in LMDB_WORKLOADS for w in args.workloads):
+            # tensorpack reads its encoding once, at import: its fork server must see this.
+            os.environ["TENSORPACK_SERIALIZE"] = "msgpack"
+            notes.append("TENSORPACK_SERIALIZE=msgpack for tensorpack's fork server, so that its "
+                         "LMDBSerializer reads the msgpack LMDB that dataflow wrote (its parallel "
+                         "mappers pickle whatever this says)")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        t0 = time.monotonic()
+        print("(writing the data of %s into %s ...)" % (", ".join(items), tmp), file=sys.stderr,
+              flush=True)
+        try:
+            r = subprocess.run([sys.executable, "-m", "benchmarks.workloads", "prepare", tmp,
+                                ",".join(items)], cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=PREPARE_TIMEOUT)
+            failed = r.returncode != 0 and ((r.stderr or "").strip().splitlines()
+                                            or ["exit code %d" % r.returncode])[-1]
+        except subprocess.TimeoutExpired:
+            failed = "no result within %.0f s" % PREPARE_TIMEOUT
+        if failed:
+            notes.append("NOTE: writing the data of %s failed (%s): the workloads that need it "
+                         "are skipped" % (", ".join(items), failed))
+        else:
+            notes.append("data of %s written in %.1f s into a temporary directory (removed at the "
+                         "end): LMDB files by dataflow.LMDBSerializer.save (format msgpack)"
+                         % (", ".join(items), time.monotonic() - t0))
+        yield notes
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # -------------------------------------------------------------------------------- main
 def main(argv=None, previous_pins=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    with prepared_data(args) as data_notes:
+        return _main(args, previous_pins, data_notes)
+
+
+def _main(args, previous_pins, data_notes):
     q = 1 if args.quick else 0
     timeout = args.timeout or RUN_TIMEOUT[q]
     teardown_cap, exit_grace = TEARDOWN_CAP[q], EXIT_GRACE[q]
     t_start = time.monotonic()
     started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
-    notes = environment_notes(previous_pins)
+    notes = environment_notes(previous_pins) + data_notes
     print("# dataflow benchmarks (%s)\n" % ("quick" if args.quick else "full"))
     print("%s, Python %s, %d CPUs; repeats: %d; workloads: %s" % (
         platform.platform(), platform.python_version(), os.cpu_count() or 0, args.repeats,
@@ -268,12 +356,15 @@ def main(argv=None, previous_pins=None):
     print()
     print("Cells: median (min–max) over the ok runs. Ratios are of datapoints/s, computed repeat by "
           "repeat: 'dataflow ÷ peer' > 1 means dataflow is faster than the peer of that row; "
-          "'÷ dataflow-serial' is this system over serial MapData (workloads 4, 5, img)."
-          + (" Workload img counts images (datapoints/s = images/s; MB/s = bytes of the "
-             "batches); a system's '(…)' is what it reported: the executor MapData chose, or "
-             "torch's batching in the DataLoader." if "img" in args.workloads else ""))
-    for line in report.img_choice_lines(main_runs, systems) if "img" in args.workloads else ():
-        print(line)
+          "'÷ dataflow-serial' is this system over serial MapData (workloads 4, 5, img, "
+          "fbresnet)."
+          + (" Workloads img and fbresnet count images (datapoints/s = images/s; MB/s = bytes "
+             "of the batches); a system's '(…)' is what it reported: the executor MapData "
+             "chose, or torch's batching in the DataLoader."
+             if {"img", "fbresnet"} & set(args.workloads) else ""))
+    for w in ("img", "fbresnet"):
+        for line in report.img_choice_lines(main_runs, systems, w) if w in args.workloads else ():
+            print(line)
     rankings = {}
     for n in args.workers:
         rankings[n] = report.ranking(report.runs_at(runs, n), args.workloads, systems)
@@ -294,13 +385,12 @@ def main(argv=None, previous_pins=None):
               "oversubscribed: they show overhead, not scaling.")
     print("\n## Systems (%d workers)\n" % w0)
     for sname in systems:
-        ws = [w for w in args.workloads if applies(sname, w)]
-        plain = [w for w in ws if w != "img"]
-        if plain:
-            print("- `%s` (%s): %s" % (sname, ",".join(map(str, plain)),
-                                      description(sname, plain[0], w0)))
-        if "img" in ws:
-            print("- `%s` (img): %s" % (sname, description(sname, "img", w0)))
+        by_text = {}            # description -> the workloads it runs that way
+        for w in args.workloads:
+            if applies(sname, w):
+                by_text.setdefault(description(sname, w, w0), []).append(w)
+        for text, ws in by_text.items():
+            print("- `%s` (%s): %s" % (sname, ",".join(map(str, ws)), text))
     load = _loadavg()
     if load:
         run_notes.append("load average at the end: %.2f %.2f %.2f (1/5/15 min; this harness "

@@ -152,6 +152,8 @@ class Server:
             if msg is None:                           # a deadline passed: kill the child's group
                 if killed is not None or pid is None:
                     # killed already and still no EXIT, or never forked: the server is wedged
+                    if pid is not None:
+                        _killpg(pid)
                     rec["status"] = rec["status"] or "hung"
                     rec["stage"] = stage
                     rec["error"] = "the fork server stopped answering"
@@ -165,7 +167,9 @@ class Server:
                     killed = "teardown"
                 else:
                     killed = "run"
-                _killpg(pid)
+                # The child alone: the fork server then ends the rest of its process group
+                # the way that leaves nothing in /dev/shm (zygote._end_group).
+                _kill(pid)
                 deadline = time.monotonic() + 10
                 continue
             tag, payload = msg
@@ -223,6 +227,13 @@ def _complete_from_stages(rec, cmd):
         rec["throughput_dps"] = rec["count"] / rec["measure_s"]
         rec["mbps"] = rec.get("bytes", 0) / rec["measure_s"] / 1e6
     rec["teardown_kind"] = "killed"
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _killpg(pgid):

@@ -50,13 +50,18 @@ FAMILIES = ("dataflow", "tensorpack", "torch") + PEER_FAMILIES
 # the serial ones.
 FIXED_WORKERS = {"dataflow-processes-1": 1, "dataflow-processes-auto": "auto"}
 
+# The workloads whose stream yields batches of 32 (each library batching its own way).
+BATCHED = ("img", "fbresnet")
+# The workloads that read an LMDB file sequentially.
+LMDB = ("lmdb", "lmdb-tiny")
+
 # Systems that exist only for some workloads (every other system runs every workload).
-ONLY_FOR = {"dataflow-table": ("img",),
+ONLY_FOR = {"dataflow-table": BATCHED,
             # autotuning against the fixed counts: the workloads whose work is in the workers
             "dataflow-processes-1": (4, 5), "dataflow-processes-auto": (4, 5)}
 # Systems that skip some workloads: torch's per-sample loader already batches 32 in the loader
 # on the batched workloads, so torch-batch32 would be the same system there.
-NOT_FOR = {"torch-batch32": ("img",)}
+NOT_FOR = {"torch-batch32": BATCHED}
 
 # What each system runs in workload "img" (ops = Decode, RandomCrop(224), RandomHorizontalFlip,
 # Normalize, HWC2CHW, all with index=0; g = the same in plain numpy/Pillow, workloads.py).
@@ -75,6 +80,35 @@ IMG_DESCRIPTIONS = {
                             "strict=True), 32)",
     "torch": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers={w}): batched in the loader",
     "torch-serial": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=0)",
+}
+# ... in workload "fbresnet" (f = workloads.map_fbresnet: cv2.imdecode BGR, then dataflow's
+# AugmentorList(fbresnet_augmentor), the same function in every system).
+FB_DESCRIPTIONS = {
+    "dataflow-serial": "BatchData(MapData(ds, f), 32)",
+    "dataflow-threads": "BatchData(MultiThreadMapData(ds, num_thread={w}, map_func=f, "
+                        "buffer_size=200, strict=True), 32)",
+    "dataflow-processes": "BatchData(MultiProcessMapData(ds, num_proc={w}, map_func=f, "
+                          "buffer_size=200, strict=True), 32)",
+    "dataflow-table": "BatchData(MapData(ds, [ops.Lambda(native(imdecode_bgr), index=0), "
+                      "ops.Augment(fbresnet_augmentor(imgaug, cv2), index=0, copy=False)], "
+                      "num_parallel_workers={w}, python_multiprocessing=True), 32)",
+    "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), f), 32)",
+    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, {w}, f, buffer_size=200, "
+                          "strict=True), 32)",
+    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, {w}, f, buffer_size=200, "
+                            "strict=True), 32)",
+    "torch": "DataLoader(MapStyleDataset(f), batch_size=32, num_workers={w}): batched in the "
+             "loader",
+    "torch-serial": "DataLoader(MapStyleDataset(f), batch_size=32, num_workers=0)",
+}
+# ... in the LMDB workloads: the serial dataflow and tensorpack systems read the file with their
+# LMDBSerializer; every other system maps f = workloads.read_lmdb (or read_lmdb_tiny: open the
+# file once per process, read-only, lock=False; get record k; decode) over ds = [[k] for k in
+# range(records)].
+LMDB_DESCRIPTIONS = {
+    "dataflow-serial": "dataflow.LMDBSerializer.load(path, shuffle=False)",
+    "tensorpack-serial": "tensorpack LMDBSerializer.load(path, shuffle=False) "
+                         "(TENSORPACK_SERIALIZE=msgpack)",
 }
 
 
@@ -97,10 +131,16 @@ def workers_of(system, workers):
 
 def description(system, workload, workers=2):
     family = SYSTEMS[system][0]
-    if workload == "img" and system in IMG_DESCRIPTIONS:
-        text = IMG_DESCRIPTIONS[system]
-    elif workload == "img" and family in PEER_BATCH_NOTES:
+    special = {"img": IMG_DESCRIPTIONS, "fbresnet": FB_DESCRIPTIONS}.get(workload)
+    if special is None and workload in LMDB:
+        special = LMDB_DESCRIPTIONS
+    if special is not None and system in special:
+        text = special[system]
+    elif workload in BATCHED and family in PEER_BATCH_NOTES:
         text = SYSTEMS[system][3] + ", " + PEER_BATCH_NOTES[family]
+    elif workload in LMDB:
+        text = SYSTEMS[system][3] + "; f = workloads.%s" % (
+            "read_lmdb" if workload == "lmdb" else "read_lmdb_tiny")
     else:
         text = SYSTEMS[system][3]
     return text.replace("{w}", str(workers))
@@ -118,6 +158,10 @@ _DATAFLOW_NEEDS = {
 _DATAFLOW_IMG_NEEDS = ("BatchData", "MapData", "MultiProcessMapData", "ops", "ops.Compose",
                        "ops.Decode", "ops.RandomCrop", "ops.RandomHorizontalFlip",
                        "ops.Normalize", "ops.HWC2CHW")
+
+# ... and what workload "fbresnet" needs for dataflow-table.
+_DATAFLOW_FB_TABLE_NEEDS = ("BatchData", "MapData", "native", "imgaug", "ops.Lambda",
+                            "ops.Augment")
 
 # numpy 2 removed these aliases; tensorpack 0.11 uses some of them in a few places.
 _NUMPY_ALIASES = {"bool": bool, "object": object, "int": int, "float": float, "complex": complex,
@@ -157,6 +201,19 @@ class Family:
             for system in self._systems():
                 self.available[system] = None
         self._check_img()
+        self._check_fbresnet()
+        self._check_lmdb()
+
+    def _missing(self, paths):
+        """The dotted names of ``paths`` that the dataflow module lacks."""
+        missing = []
+        for path in paths:
+            obj = self.mods["df"]
+            for part in path.split("."):
+                obj = getattr(obj, part, None)
+            if obj is None:
+                missing.append(path)
+        return missing
 
     def _check_img(self):
         from .workloads import img_available
@@ -164,18 +221,36 @@ class Family:
         missing = []
         if self.name == "dataflow":
             mod = self.mods["df"]
-            for path in _DATAFLOW_IMG_NEEDS:
-                obj = mod
-                for part in path.split("."):
-                    obj = getattr(obj, part, None)
-                if obj is None:
-                    missing.append(path)
+            missing = self._missing(_DATAFLOW_IMG_NEEDS)
             if not missing and not _accepts(mod.MapData, "num_parallel_workers"):
                 missing.append("MapData(num_parallel_workers=...)")
         if missing:
             reason = "%s has no %s" % (self.dataflow_module, ", ".join(missing))
         if reason:
             self.unavailable_for["img"] = {s: reason for s in self._systems()}
+
+    def _check_fbresnet(self):
+        from .workloads import fbresnet_available
+        reason = fbresnet_available()
+        if reason:
+            self.unavailable_for["fbresnet"] = {s: reason for s in self._systems()}
+        elif self.name == "dataflow":
+            missing = self._missing(_DATAFLOW_FB_TABLE_NEEDS)
+            if not missing and not _accepts(self.mods["df"].MapData, "num_parallel_workers"):
+                missing.append("MapData(num_parallel_workers=...)")
+            if missing:
+                self.unavailable_for["fbresnet"] = {
+                    "dataflow-table": "%s has no %s" % (self.dataflow_module, ", ".join(missing))}
+
+    def _check_lmdb(self):
+        from .workloads import lmdb_available
+        for wid in LMDB:
+            reason = lmdb_available(wid)
+            if reason:
+                self.unavailable_for[wid] = {s: reason for s in self._systems()}
+            elif self.name == "dataflow" and self._missing(("LMDBSerializer",)):
+                self.unavailable_for[wid] = {
+                    "dataflow-serial": "%s has no LMDBSerializer" % self.dataflow_module}
 
     def _systems(self):
         return [s for s, spec in SYSTEMS.items() if spec[0] == self.name]
@@ -284,6 +359,8 @@ def open_stream(family, system, workload, source, passes, workers=2):
                          Stream)
     if workload.batch:
         return _open_img_stream(family, system, kind, workload, source, passes, w)
+    if workload.id in LMDB and kind == "serial" and family.name in ("dataflow", "tensorpack"):
+        return _open_lmdb_serializer(family, workload)
     f = workload.func
     if family.name == "dataflow":
         m = family.mods["df"]
@@ -320,6 +397,17 @@ def open_stream(family, system, workload, source, passes, workers=2):
     raise ValueError(system)
 
 
+# ---------------------------------------------------------------------------- LMDB serializers
+def _open_lmdb_serializer(family, workload):
+    """The serial dataflow / tensorpack system of an LMDB workload: the library's own
+    ``LMDBSerializer.load(path, shuffle=False)``, pass after pass."""
+    from .workloads import lmdb_path
+    lib = family.mods["df"] if family.name == "dataflow" else family.mods["tp"]
+    df = lib.LMDBSerializer.load(lmdb_path(workload.id), shuffle=False)
+    df.reset_state()
+    return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)))
+
+
 # ---------------------------------------------------------------------------- workload "img"
 def _dataflow_img_ops(m):
     from .workloads import IMG_CROP, IMG_MEAN, IMG_STD
@@ -337,10 +425,35 @@ def _python_op(chain):
     return img_chain
 
 
+def _open_fbresnet_dataflow(m, kind, workload, source, w):
+    """dataflow's systems of workload "fbresnet": the plain mappers over the map function, or
+    the run-in-thread table over the native decode and the augmentors as ops; then BatchData."""
+    from .workloads import fbresnet_augmentors, imdecode_bgr
+    ds = m.DataFromList(source, shuffle=False)
+    f = workload.func
+    if kind == "serial":
+        mapped = m.MapData(ds, f)
+    elif kind == "threads":
+        mapped = m.MultiThreadMapData(ds, num_thread=w, map_func=f, buffer_size=200, strict=True)
+    elif kind == "processes":
+        mapped = m.MultiProcessMapData(ds, num_proc=w, map_func=f, buffer_size=200, strict=True)
+    else:    # "table"
+        ops = [m.ops.Lambda(m.native(imdecode_bgr), index=0),
+               m.ops.Augment(fbresnet_augmentors(), index=0, copy=False)]
+        mapped = m.MapData(ds, ops, num_parallel_workers=w, python_multiprocessing=True)
+    df = m.BatchData(mapped, workload.batch)
+    df.reset_state()
+    executor = getattr(mapped, "executor", None)
+    return Stream(mapped, _passes(df), has_close=callable(getattr(mapped, "close", None)),
+                  keep=[df], detail="executor=%s" % executor if executor else None)
+
+
 def _open_img_stream(family, system, kind, workload, source, passes, w):
     """The image pipeline (decode, crop, flip, normalize, CHW) then batches of 32; the stream
     yields batches."""
     bs = workload.batch
+    if family.name == "dataflow" and workload.id == "fbresnet":
+        return _open_fbresnet_dataflow(family.mods["df"], kind, workload, source, w)
     if family.name == "dataflow":
         m = family.mods["df"]
         ds = m.DataFromList(source, shuffle=False)

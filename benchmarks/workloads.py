@@ -1,12 +1,20 @@
 """The reference workloads of shared/benchmark-workloads.md and the consumer that reads them.
 
 Workloads 1-5 map ``[k]`` datapoints one by one; workload ``"img"`` is an image pipeline over
-in-memory JPEGs (decode, random crop, flip, normalize, HWC->CHW) whose stream yields batches.
+in-memory JPEGs (decode, random crop, flip, normalize, HWC->CHW) whose stream yields batches;
+``"fbresnet"`` is tensorpack's ImageNet training augmentation over in-memory JPEGs, batched too;
+``"lmdb"`` and ``"lmdb-tiny"`` read an LMDB file sequentially. Their data is written once per
+harness run (``python -m benchmarks.workloads prepare DIR ...``) into the directory named by
+the environment variable ``DATAFLOW_BENCH_DATA_DIR``.
 
-Imported only by the fork servers and the measuring children, never by the harness process itself
-(which must not import numpy before the BLAS pins are set, and does no measuring).
+Imported only by the fork servers and the measuring children (and the LMDB writer), never by the
+harness process itself (which must not import numpy before the BLAS pins are set, and does no
+measuring).
 """
 import io
+import os
+import sys
+import threading
 
 import numpy as np
 
@@ -166,6 +174,263 @@ def _check_img_batch(dp):
             and y.shape == (IMG_BATCH,) and y.dtype.kind in "iu")
 
 
+# ---------------------------------------------------------------------------- workload "fbresnet"
+# tensorpack's ImageNet training augmentation over 512 in-memory JPEGs of random 300-500 px
+# (benchmarks/images.py's source), with dataflow's imgaug in every system: every library runs
+# the same map function, map_fbresnet.
+FB_BATCH = 32
+FB_CROP = 224
+FB_PICKLE = "fbresnet-source.pkl"
+# The directory of the data the harness writes once per run (the LMDB files, the fbresnet JPEGs).
+DATA_DIR_ENV = "DATAFLOW_BENCH_DATA_DIR"
+_fb_source = None
+_fb_augs = {}            # pid -> the AugmentorList of this process
+_fb_lock = threading.Lock()
+
+
+def _fbresnet_defs():
+    """(fbresnet_augmentor, fbresnet_source): the one place this file takes them from."""
+    from .images import fbresnet_augmentor, fbresnet_source
+    return fbresnet_augmentor, fbresnet_source
+
+
+def fbresnet_augmentors():
+    """A new list of the fbresnet augmentors, from dataflow's imgaug (BGR input)."""
+    import cv2
+    import dataflow
+    return _fbresnet_defs()[0](dataflow.imgaug, cv2)
+
+
+def fbresnet_source():
+    """The source datapoints of workload "fbresnet": ``[uint8 array of JPEG bytes, label]`` x 512,
+    once per process (the fork servers do it before forking runs): loaded from the pickle the
+    harness had written into $DATAFLOW_BENCH_DATA_DIR (encoding them takes ~5 s per process),
+    else generated here."""
+    global _fb_source
+    if _fb_source is None:
+        d = os.environ.get(DATA_DIR_ENV)
+        path = os.path.join(d, FB_PICKLE) if d else None
+        if path and os.path.exists(path):
+            import pickle
+            with open(path, "rb") as f:
+                _fb_source = pickle.load(f)
+        else:
+            _fb_source = _fbresnet_defs()[1]()
+    return list(_fb_source)
+
+
+def write_fbresnet_source(directory):
+    """Pickle the fbresnet source into ``directory`` (written to a temporary name, renamed)."""
+    import pickle
+    path = os.path.join(directory, FB_PICKLE)
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(_fbresnet_defs()[1](), f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def fbresnet_available():
+    """None if workload "fbresnet" can run in this process (cv2, Pillow, dataflow's imgaug)."""
+    try:
+        import cv2  # noqa: F401
+        import dataflow
+        dataflow.imgaug.AugmentorList  # noqa: B018
+    except (ImportError, AttributeError) as exc:
+        return "fbresnet needs cv2 and dataflow.imgaug (%s); pip install opencv-python-headless" \
+            % exc
+    return img_available()
+
+
+def _fbresnet_augmentor_list():
+    """This process's ``AugmentorList``, built on first use: once per process (a forked worker
+    builds its own, so that its random stream is its own); shared by the process's threads."""
+    pid = os.getpid()
+    augs = _fb_augs.get(pid)
+    if augs is None:
+        with _fb_lock:
+            augs = _fb_augs.get(pid)
+            if augs is None:
+                import dataflow
+                _fb_augs.clear()
+                augs = _fb_augs[pid] = dataflow.imgaug.AugmentorList(fbresnet_augmentors())
+    return augs
+
+
+def imdecode_bgr(buf):
+    """``cv2.imdecode(buf, IMREAD_COLOR)``: HWC uint8 BGR."""
+    import cv2
+    return cv2.imdecode(buf, cv2.IMREAD_COLOR)
+
+
+def map_fbresnet(dp):
+    """decode (BGR) then the fbresnet augmentors: ``[uint8 (224, 224, 3), label]``, C-contiguous
+    (the flip returns a view with a negative stride, which torch's collate refuses; every system
+    pays the same copy)."""
+    return [np.ascontiguousarray(_fbresnet_augmentor_list().augment(imdecode_bgr(dp[0]))), dp[1]]
+
+
+def _check_fb_batch(dp):
+    if not isinstance(dp, (list, tuple)) or len(dp) != 2:
+        return False
+    x, y = _as_array(dp[0]), _as_array(dp[1])
+    return (x is not None and y is not None
+            and x.shape == (FB_BATCH, FB_CROP, FB_CROP, 3) and x.dtype == np.uint8
+            and y.shape == (FB_BATCH,) and y.dtype.kind in "iu")
+
+
+# ---------------------------------------------------------------------------- workloads "lmdb"
+# An LMDB file per workload, written once per harness run with dataflow.LMDBSerializer.save
+# (format "msgpack": tensorpack reads it with TENSORPACK_SERIALIZE=msgpack) into the directory
+# named by DATAFLOW_BENCH_DATA_DIR, as <dir>/<workload id>.mdb. The peers and the parallel
+# mappers read it by record index with read_lmdb / read_lmdb_tiny: a map over [k], k in
+# range(records), opening the file once per process (read-only, lock=False) and decoding with
+# the codec LMDBSerializer uses.
+LMDB_WORKLOADS = ("lmdb", "lmdb-tiny")
+LMDB_JPEG_BYTES = (148_000, 152_000)     # the range of a record's byte string
+LMDB_TINY_FLOATS = 16
+_lmdb_envs = {}                           # path -> (pid, lmdb.Environment)
+_lmdb_local = threading.local()           # per thread: {path: (pid, read transaction)}
+_lmdb_lock = threading.Lock()
+
+
+def lmdb_path(wid):
+    d = os.environ.get(DATA_DIR_ENV)
+    if not d:
+        raise RuntimeError("workload %s: %s is not set (the harness writes the LMDB files and "
+                           "sets it)" % (wid, DATA_DIR_ENV))
+    return os.path.join(d, "%s.mdb" % wid)
+
+
+def lmdb_available(wid):
+    """None if workload ``wid``'s LMDB file can be read in this process, else why not."""
+    try:
+        import lmdb  # noqa: F401
+    except ImportError as exc:
+        return "lmdb is not importable (%s); pip install 'dataflow-rt[formats]'" % exc
+    d = os.environ.get(DATA_DIR_ENV)
+    if not d:
+        return "%s is not set (the harness writes the LMDB files)" % DATA_DIR_ENV
+    if not os.path.exists(lmdb_path(wid)):
+        return "%s was not written (see the harness's notes)" % lmdb_path(wid)
+    return None
+
+
+def _lmdb_txn(path):
+    """This thread's read transaction on ``path``, in an environment opened once per process."""
+    pid = os.getpid()
+    txns = getattr(_lmdb_local, "txns", None)
+    if txns is None:
+        txns = _lmdb_local.txns = {}
+    got = txns.get(path)
+    if got is not None and got[0] == pid:
+        return got[1]
+    with _lmdb_lock:
+        env = _lmdb_envs.get(path)
+        if env is None or env[0] != pid:     # none yet, or inherited across fork: open our own
+            import lmdb
+            env = _lmdb_envs[path] = (pid, lmdb.open(path, subdir=False, readonly=True,
+                                                     lock=False, readahead=True,
+                                                     map_size=1 << 40, max_readers=1024))
+    txn = env[1].begin(write=False)
+    txns[path] = (pid, txn)
+    return txn
+
+
+def close_lmdb():
+    """Close the environments this process opened for the readers (the runs just exit; tests
+    call this)."""
+    with _lmdb_lock:
+        envs = list(_lmdb_envs.values())
+        _lmdb_envs.clear()
+    _lmdb_local.txns = {}
+    for pid, env in envs:
+        if pid == os.getpid():
+            env.close()
+
+
+def _read(wid, k):
+    from dataflow.formats import codec
+    path = lmdb_path(wid)
+    value = _lmdb_txn(path).get(b"%08d" % k)
+    if value is None:
+        raise KeyError("%s: no record %d" % (path, k))
+    return codec.loads(value, where="%s record %d" % (path, k))
+
+
+def read_lmdb(dp):
+    """Record ``dp[0]`` of workload lmdb's file, decoded: ``[bytes, label]``."""
+    return _read("lmdb", dp[0])
+
+
+def read_lmdb_tiny(dp):
+    """Record ``dp[0]`` of workload lmdb-tiny's file, decoded: ``[int, float32 array (16,)]``."""
+    return _read("lmdb-tiny", dp[0])
+
+
+_lmdb_records = {}
+
+
+def lmdb_source(wid):
+    """``[[k] for k in range(records)]`` of workload ``wid``'s file (its entries less __keys__)."""
+    path = lmdb_path(wid)
+    n = _lmdb_records.get(path)
+    if n is None:
+        import lmdb
+        env = lmdb.open(path, subdir=False, readonly=True, lock=False)
+        try:
+            n = _lmdb_records[path] = env.stat()["entries"] - 1
+        finally:
+            env.close()
+    return [[k] for k in range(n)]
+
+
+def lmdb_datapoints(wid, n):
+    """The ``n`` datapoints written to workload ``wid``'s file, generated one by one from a fixed
+    seed: lmdb ``[~150 KB of random bytes (as a JPEG file's bytes, which LMDB does not look
+    into), k % 1000]``, lmdb-tiny ``[k, float32 array of 16]``."""
+    rng = np.random.default_rng(2026)
+    if wid == "lmdb":
+        pool = rng.integers(0, 256, 1 << 22, dtype=np.uint8).tobytes()
+        for k in range(n):
+            size = int(rng.integers(*LMDB_JPEG_BYTES))
+            start = int(rng.integers(0, len(pool) - size))
+            yield [pool[start:start + size], k % 1000]
+    else:
+        for k in range(n):
+            yield [k, rng.random(LMDB_TINY_FLOATS, dtype=np.float32)]
+
+
+def write_lmdb(directory, wid, n):
+    """Write workload ``wid``'s file of ``n`` records under ``directory`` with dataflow's
+    ``LMDBSerializer.save``."""
+    import dataflow
+
+    class Records(dataflow.DataFlow):
+        def __len__(self):
+            return n
+
+        def __iter__(self):
+            return lmdb_datapoints(wid, n)
+
+    path = os.path.join(directory, "%s.mdb" % wid)
+    dataflow.LMDBSerializer.save(Records(), path)
+    return path
+
+
+def _check_lmdb(dp):
+    return (isinstance(dp, (list, tuple)) and len(dp) == 2
+            and isinstance(dp[0], (bytes, memoryview))
+            and LMDB_JPEG_BYTES[0] <= len(dp[0]) < LMDB_JPEG_BYTES[1] and int(dp[1]) == dp[1])
+
+
+def _check_lmdb_tiny(dp):
+    if not isinstance(dp, (list, tuple)) or len(dp) != 2:
+        return False
+    a = _as_array(dp[1])
+    return int(dp[0]) == dp[0] and a is not None and a.shape == (LMDB_TINY_FLOATS,) \
+        and a.dtype == np.float32
+
+
 def _source_k():
     return source_list()
 
@@ -193,6 +458,15 @@ WORKLOADS = {
     "img": Workload("img", "JPEG pipeline, batch 32", img_pipeline_numpy,
                     3 * IMG_CROP * IMG_CROP * 4 + 8, _check_img_batch, source=jpeg_source,
                     batch=IMG_BATCH),
+    # payload per image: the uint8 HWC crop and its int64 label, as batched
+    "fbresnet": Workload("fbresnet", "fbresnet augmentation, batch 32", map_fbresnet,
+                         FB_CROP * FB_CROP * 3 + 8, _check_fb_batch, source=fbresnet_source,
+                         batch=FB_BATCH),
+    "lmdb": Workload("lmdb", "LMDB read, 150 KB records", read_lmdb, 150_000, _check_lmdb,
+                     source=lambda: lmdb_source("lmdb")),
+    "lmdb-tiny": Workload("lmdb-tiny", "LMDB read, tiny records", read_lmdb_tiny,
+                          LMDB_TINY_FLOATS * 4, _check_lmdb_tiny,
+                          source=lambda: lmdb_source("lmdb-tiny")),
 }
 
 
@@ -240,6 +514,10 @@ def touch(a):
     return n
 
 
+_BYTES = (bytes, bytearray, memoryview)
+_CONTAINERS = (list, tuple, dict, np.ndarray) + _BYTES
+
+
 def consume(dp):
     """What every benchmark consumer does with a datapoint; returns the array bytes received."""
     if isinstance(dp, np.ndarray):
@@ -247,11 +525,36 @@ def consume(dp):
     if isinstance(dp, (list, tuple)):
         n = 0
         for x in dp:
-            if isinstance(x, (list, tuple, dict, np.ndarray)) or _is_tensor(x):
+            if isinstance(x, _CONTAINERS) or _is_tensor(x):
                 n += consume(x)
         return n
+    if isinstance(dp, _BYTES):       # a byte string (lmdb's records): read its pages too
+        return touch(np.frombuffer(dp, np.uint8))
     if isinstance(dp, dict):
         return sum(consume(x) for x in dp.values())
     if _is_tensor(dp):
         return touch(dp.numpy())      # torch's DataLoader turns numpy arrays into CPU tensors
     return 0
+
+
+# ---------------------------------------------------------------------------- the data writer
+def _main(argv):
+    """``python -m benchmarks.workloads prepare DIR ITEM[,ITEM...]``, ITEM = ``lmdb=RECORDS``,
+    ``lmdb-tiny=RECORDS`` or ``fbresnet``: write the data of the harness run into DIR (the
+    harness runs this once, before starting the fork servers, and removes DIR at the end)."""
+    if len(argv) != 3 or argv[0] != "prepare":
+        raise SystemExit("usage: python -m benchmarks.workloads prepare DIR "
+                         "lmdb=N,lmdb-tiny=N,fbresnet")
+    for item in argv[2].split(","):
+        wid, _, n = item.partition("=")
+        if wid == "fbresnet":
+            write_fbresnet_source(argv[1])
+        elif wid in LMDB_WORKLOADS:
+            write_lmdb(argv[1], wid, int(n))
+        else:
+            raise SystemExit("nothing to prepare for workload %r" % wid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

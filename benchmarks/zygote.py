@@ -46,9 +46,12 @@ CHECK_EVERY = 16      # items between two looks at the clock when a run has a ti
 
 
 def _check_batch(first, n):
-    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows."""
+    """A system that collates the unbatched workloads itself: every leaf has ``n`` rows (torch's
+    collate leaves byte strings in a tuple of ``n``)."""
     leaves = first if isinstance(first, (list, tuple)) else [first]
-    return bool(leaves) and all(getattr(x, "shape", (None,))[:1] == (n,) for x in leaves)
+    return bool(leaves) and all(
+        len(x) == n if isinstance(x, (list, tuple)) else getattr(x, "shape", (None,))[:1] == (n,)
+        for x in leaves)
 
 
 def measure(family, cmd):
@@ -187,6 +190,78 @@ def _decode(status):
     return {"signal": None, "code": os.WEXITSTATUS(status)}
 
 
+LEFTOVER_GRACE_S = 2.0   # for multiprocessing's resource tracker to clean up and exit
+
+
+def _group_members(pgid):
+    """{pid: command line} of the live (not zombie) processes of process group ``pgid``, from
+    /proc; None where there is no /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    out = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()   # state, ppid, pgrp, ...
+            if int(fields[2]) != pgid or fields[0] == b"Z":
+                continue
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                out[int(name)] = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _end_group(pgid):
+    """End whatever the run left in its process group (e.g. workers still busy with a batch);
+    returns whether anything was left. Everything but multiprocessing's resource tracker gets
+    SIGKILL at once; the tracker, once its last user is gone, unlinks the named semaphores they
+    leaked (instead of dying with them left in /dev/shm) and exits; SIGKILL to the group after
+    LEFTOVER_GRACE_S ends whatever is still there. Without /proc: SIGTERM (which the tracker
+    ignores), then the same grace and SIGKILL."""
+    members = _group_members(pgid)
+    if members is None:
+        if not _group_alive(pgid, False):
+            return False
+        _kill_group(pgid, signal.SIGTERM)
+    elif not members:
+        return False
+    else:
+        for pid, cmdline in members.items():
+            if b"multiprocessing.resource_tracker" not in cmdline:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _group_alive(pgid, members is not None) and time.monotonic() < deadline:
+        time.sleep(0.01)    # polling processes that are not our children: nothing to wait on
+    _kill_group(pgid, signal.SIGKILL)
+    return True
+
+
+def _group_alive(pgid, proc):
+    if proc:
+        return bool(_group_members(pgid))
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _kill_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
 def serve(family_name, dataflow_module, workloads=()):
     global _PROTO
     _PROTO = os.dup(1)
@@ -206,6 +281,11 @@ def serve(family_name, dataflow_module, workloads=()):
         # which the runs then find loaded, as a long-running program would).
         from .workloads import jpeg_source
         jpeg_source()
+    if "fbresnet" in workloads and not family.unavailable_for.get("fbresnet"):
+        # Likewise the fbresnet JPEGs, and the imports its map function makes on first use.
+        from .workloads import fbresnet_augmentors, fbresnet_source
+        fbresnet_source()
+        fbresnet_augmentors()
     import numpy
     # Objects that exist now (the imports) are left out of every later collection: gc.collect()
     # in a run then costs what the run created, and a forked child does not take copy-on-write
@@ -232,13 +312,7 @@ def serve(family_name, dataflow_module, workloads=()):
         except OSError:
             pass
         _, status = os.waitpid(pid, 0)
-        leftovers = False
-        try:
-            os.killpg(pid, 0)       # anything still in the child's process group?
-            leftovers = True
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        leftovers = _end_group(pid)
         send("EXIT", dict(_decode(status), pid=pid, leftovers=leftovers))
 
 

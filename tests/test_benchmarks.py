@@ -1,0 +1,111 @@
+"""The benchmark harness's workloads fbresnet, lmdb and lmdb-tiny (issue 19), cheaply: what their
+map functions return, that the run's data is written and removed, and which systems run them.
+(The measuring itself is `python -m benchmarks`, never a test.)"""
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lmdb")
+pytest.importorskip("cv2")
+pytest.importorskip("PIL")
+
+from benchmarks import harness, systems, workloads, zygote  # noqa: E402
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(workloads.DATA_DIR_ENV, str(tmp_path))
+    yield tmp_path
+    workloads.close_lmdb()
+
+
+@pytest.mark.parametrize("wid,n", [("lmdb", 3), ("lmdb-tiny", 20)])
+def test_lmdb_reader_returns_the_records_written(data_dir, wid, n):
+    workloads.write_lmdb(str(data_dir), wid, n)
+    wl = workloads.WORKLOADS[wid]
+    source = wl.source()
+    assert source == [[k] for k in range(n)]
+    for (k,), want in zip(source, workloads.lmdb_datapoints(wid, n)):
+        got = wl.func([k])
+        assert wl.check(got)
+        assert got[0] == want[0]                     # the bytes, or the int
+        np.testing.assert_array_equal(got[1], want[1])
+    # the consumer reads the byte strings' pages too, and counts their bytes
+    big = workloads.read_lmdb([0]) if wid == "lmdb" else None
+    if big is not None:
+        assert workloads.consume(big) == len(big[0])
+        assert workloads.consume((tuple(big[:1]), np.arange(1))) == len(big[0]) + 8
+
+
+def test_lmdb_reader_names_a_missing_record(data_dir):
+    workloads.write_lmdb(str(data_dir), "lmdb-tiny", 2)
+    with pytest.raises(KeyError, match="no record 5"):
+        workloads.read_lmdb_tiny([5])
+
+
+def test_fbresnet_map_builds_its_augmentors_once_per_process():
+    from benchmarks.decoders import make_jpegs
+    dps = [[np.frombuffer(b, np.uint8), k] for k, b in enumerate(make_jpegs(2, seed=3))]
+    out = [workloads.map_fbresnet(dp) for dp in dps]
+    first = workloads._fbresnet_augmentor_list()
+    assert workloads._fbresnet_augmentor_list() is first
+    for x, label in out:
+        assert x.shape == (224, 224, 3) and x.dtype == np.uint8 and x.flags.c_contiguous
+    assert [label for _, label in out] == [0, 1]
+    assert workloads._check_fb_batch([np.stack([x for x, _ in out] * 16), np.arange(32)])
+
+
+def test_prepared_data_is_written_then_removed(monkeypatch, no_leaks):
+    monkeypatch.delenv(workloads.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv("TENSORPACK_SERIALIZE", raising=False)
+    args = harness.parse_args(["--quick", "--workloads", "lmdb-tiny"])
+    with harness.prepared_data(args) as notes:
+        d = os.environ[workloads.DATA_DIR_ENV]
+        assert os.path.exists(os.path.join(d, "lmdb-tiny.mdb")), notes
+        assert os.environ["TENSORPACK_SERIALIZE"] == "msgpack"
+        assert len(workloads.lmdb_source("lmdb-tiny")) == \
+            harness.COUNTS["lmdb-tiny"][1] + harness.LMDB_SPARE
+    assert not os.path.exists(d)
+    assert workloads.DATA_DIR_ENV not in os.environ
+    assert "TENSORPACK_SERIALIZE" not in os.environ
+
+
+def test_prepared_data_is_removed_on_error(monkeypatch):
+    monkeypatch.delenv(workloads.DATA_DIR_ENV, raising=False)
+    made = []
+    real_mkdtemp = harness.tempfile.mkdtemp
+
+    def mkdtemp(**kw):
+        made.append(real_mkdtemp(**kw))
+        return made[-1]
+
+    def run(*a, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(harness.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(harness.subprocess, "run", run)
+    args = harness.parse_args(["--quick", "--workloads", "fbresnet"])
+    with pytest.raises(RuntimeError, match="boom"):
+        with harness.prepared_data(args):
+            pass
+    assert len(made) == 1 and not os.path.exists(made[0])
+    assert workloads.DATA_DIR_ENV not in os.environ
+
+
+def test_every_family_runs_the_new_workloads():
+    args = harness.parse_args(["--workloads", "all"])
+    assert {"fbresnet", "lmdb", "lmdb-tiny"} <= set(args.workloads)
+    families = {systems.SYSTEMS[s][0] for s in args.systems}
+    for w in ("fbresnet", "lmdb", "lmdb-tiny"):
+        assert {systems.SYSTEMS[s][0] for s in args.systems if systems.applies(s, w)} == families
+        assert harness.COUNTS[w][1] < harness.COUNTS[w][0]
+    assert systems.applies("dataflow-table", "fbresnet")
+    assert not systems.applies("dataflow-table", "lmdb")
+    assert not systems.applies("torch-batch32", "fbresnet")
+    assert systems.applies("torch-batch32", "lmdb")
+    assert "LMDBSerializer.load" in systems.description("dataflow-serial", "lmdb")
+    assert "read_lmdb_tiny" in systems.description("grain-serial", "lmdb-tiny")
+    # torch's collate keeps a batch's byte strings in a tuple
+    assert zygote._check_batch([(b"a",) * 32, np.arange(32)], 32)
+    assert not zygote._check_batch([(b"a",) * 31, np.arange(32)], 32)
