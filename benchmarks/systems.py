@@ -90,7 +90,7 @@ FB_DESCRIPTIONS = {
     "dataflow-processes": "BatchData(MultiProcessMapData(ds, num_proc={w}, map_func=f, "
                           "buffer_size=200, strict=True), 32)",
     "dataflow-table": "BatchData(MapData(ds, [ops.Lambda(native(imdecode_bgr), index=0), "
-                      "ops.Augment(fbresnet_augmentor(imgaug, cv2), index=0, copy=False)], "
+                      "ops.Augment(fbresnet_augmentor(imgaug), index=0, copy=False)], "
                       "num_parallel_workers={w}, python_multiprocessing=True), 32)",
     "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), f), 32)",
     "tensorpack-threads": "BatchData(MultiThreadMapData(ds, {w}, f, buffer_size=200, "

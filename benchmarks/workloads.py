@@ -190,15 +190,15 @@ _fb_lock = threading.Lock()
 
 def _fbresnet_defs():
     """(fbresnet_augmentor, fbresnet_source): the one place this file takes them from."""
-    from .images import fbresnet_augmentor, fbresnet_source
+    from .fbresnet import fbresnet_augmentor
+    from .images import fbresnet_source
     return fbresnet_augmentor, fbresnet_source
 
 
 def fbresnet_augmentors():
     """A new list of the fbresnet augmentors, from dataflow's imgaug (BGR input)."""
-    import cv2
     import dataflow
-    return _fbresnet_defs()[0](dataflow.imgaug, cv2)
+    return _fbresnet_defs()[0](dataflow.imgaug)
 
 
 def fbresnet_source():
