@@ -65,6 +65,48 @@ def test_both_decoders_give_the_same_values():
         assert same(walked, small)
 
 
+FLAT = [
+    [RNG.randint(0, 256, 150_000).astype("uint8"), 7],
+    [np.zeros((3, 200, 40), "<f4"), 0, 127, 128, 255, 256, 2**16, 2**32, -1, -32, -33, -200,
+     -2**20, -2**40, 1.5],
+    [np.zeros(30_000, ">i2"), np.zeros((2, 10_000), "u1"), np.array(7.0)],
+    [b"\x01" + np.zeros(20_000, "f8").tobytes()],       # bytes, not a flat list's item
+    [np.zeros(20_000, "u1"), [1, 2]],                  # a nested list: not flat
+    [np.zeros(20_000, "u1"), None],
+    [np.zeros((200, 200), "u1"), "s"],
+]
+
+
+@pytest.mark.parametrize("i", range(len(FLAT)))
+def test_flat_list_fast_path_gives_the_walkers_values(i):
+    b = codec.dumps(FLAT[i])
+    assert len(b) >= codec.ZERO_COPY_MIN
+    walked = codec._Walker(b, True, None).value()
+    fast = codec.flat_list(b)
+    assert same(walked, FLAT[i])
+    if i < 3:
+        assert fast is not None and same(fast, walked)
+        arrays = [a for a in fast if isinstance(a, np.ndarray)]
+        assert all(not a.flags.writeable and a.flags.aligned for a in arrays)
+    else:
+        assert fast is None
+    assert codec.flat_list(bytearray(b)) is None or \
+        not any(isinstance(a, np.ndarray) and a.flags.writeable
+                for a in codec.flat_list(bytearray(b)))
+    assert codec.flat_list(b[:-1]) is None              # truncated: the walker names it
+    with pytest.raises(codec.DecodeError):
+        codec.loads(b[:-1])
+
+
+def test_flat_list_copies_unaligned_arrays():
+    # a 1-byte int before the array puts its data at an odd offset
+    v = [np.arange(5000, dtype="<f8"), 3]
+    b = codec.dumps(v)
+    got = codec.flat_list(b)
+    assert got[0].flags.aligned and not got[0].flags.writeable
+    np.testing.assert_array_equal(got[0], v[0])
+
+
 @pytest.mark.parametrize("n", [10, 3000])
 def test_datetime_arrays_which_msgpack_numpy_cannot_write(n):
     # msgpack-numpy raises on datetime64 arrays ("cannot include dtype 'M' in a buffer"); we

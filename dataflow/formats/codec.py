@@ -181,7 +181,9 @@ def loads(buf, *, allow_pickle=True, where=None):
                               f"unpickle: {type(e).__name__}: {e}") from e
     try:
         if len(buf) >= ZERO_COPY_MIN:
-            return _Walker(buf, allow_pickle, where).value()
+            mv = _bytes_view(buf)
+            v = _flat_list(mv)
+            return v if v is not None else _Walker(mv, allow_pickle, where).value()
         return msgpack.unpackb(buf, raw=False, strict_map_key=False,
                                object_hook=_HOOKS[bool(allow_pickle)] if where is None
                                else _Hook(allow_pickle, where))
@@ -396,6 +398,91 @@ _U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
 _I8, _I16, _I32, _I64 = (struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"),
                          struct.Struct(">q"))
 _F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+
+
+def _bytes_view(buf):
+    """``buf`` as a 1-D memoryview of bytes."""
+    if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1:
+        return buf
+    return memoryview(buf).cast("B")
+
+
+# the msgpack ints a flat datapoint holds besides arrays: first byte -> (struct, size)
+_INTS = {0xcc: struct.Struct(">B"), 0xcd: _U16, 0xce: _U32, 0xcf: _U64, 0xd0: _I8,
+         0xd1: _I16, 0xd2: _I32, 0xd3: _I64, 0xca: _F32, 0xcb: _F64}
+
+
+def _flat_list(mv):
+    """The common large datapoint in one loop: a list of at most 15 items, each an array of a
+    plain dtype (as msgpack-numpy writes it), an int or a float; the arrays are views of
+    ``mv`` as :class:`_Walker` makes them. None for anything else, or anything wrong (the
+    walker then decodes it, or names the error)."""
+    n = len(mv)
+    first = mv[0]
+    if not 0x91 <= first <= 0x9f:
+        return None
+    out = []
+    p = 1
+    match, dtypes, ints, readonly = _PLAIN_ARRAY.match, _DTYPES_B, _INTS, mv.readonly
+    for _ in range(first - 0x90):
+        if p >= n:
+            return None
+        b = mv[p]
+        if b <= 0x7f:
+            out.append(b)
+            p += 1
+        elif b == 0x85:
+            mo = match(mv, p, p + 256)
+            if mo is None:
+                return None
+            tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
+            ndim = nd[0] - 0x90
+            dtype = dtypes[tstr]
+            if dtype is None or tlen[0] - 0xa0 != len(tstr):
+                return None
+            if len(dims) == ndim:                   # every dimension < 128: one byte each
+                shape = tuple(dims)
+            elif ndim == 1:                         # one dimension, a uint of 1 to 8 bytes
+                shape = (int.from_bytes(dims[1:], "big"),)
+            else:
+                shape = tuple(_dims(dims))
+                if len(shape) != ndim:
+                    return None
+            size = int.from_bytes(b8 or b16 or b32, "big")
+            start = mo.end()
+            p = start + size
+            count = 1
+            for c in shape:
+                count *= c
+            if p > n or count * dtype.itemsize != size:
+                return None
+            arr = np.frombuffer(mv, dtype, count, start)
+            if dtype.alignment > 1 and not arr.flags.aligned:
+                arr = arr.copy()
+                arr.flags.writeable = False
+            elif not readonly:                      # never write into a writable buffer
+                arr.flags.writeable = False
+            out.append(arr if ndim == 1 else arr.reshape(shape))
+        elif b in ints:
+            st = ints[b]
+            end = p + 1 + st.size
+            if end > n:
+                return None
+            out.append(st.unpack_from(mv, p + 1)[0])
+            p = end
+        elif b >= 0xe0:
+            out.append(b - 0x100)
+            p += 1
+        else:
+            return None
+    return out if p == n else None
+
+
+def flat_list(buf):
+    """For readers' inner loops: the datapoint in ``buf`` (a large msgpack value, not a pickle)
+    when it is the common flat list :func:`loads` decodes in one loop, else None (then call
+    :func:`loads`, which decodes anything and names errors)."""
+    return _flat_list(_bytes_view(buf))
 
 
 class _Walker:

@@ -377,13 +377,18 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
         LMDB's map and large ones are first turned into views of our map of the file. Small
         msgpack values (the common case of files of small records) are decoded in batches."""
-        loads, zero_copy_min = codec.loads, codec.ZERO_COPY_MIN
+        loads, zero_copy_min, flat = codec.loads, codec.ZERO_COPY_MIN, codec.flat_list
         batch, batch_keys = codec.SmallBatch(allow_pickle), []
         for k, v in pairs:
-            if env is None and k == _KEYS:       # a scan sees every record
+            if env is None and k == _KEYS:      # a scan sees every record
                 continue
             if v is not None:
                 n = len(v)
+                if n >= zero_copy_min and env is None and not batch_keys and v[0] != 0x80:
+                    dp = flat(v)                # a scan's value: already a view of our map
+                    if dp is not None:
+                        yield dp
+                        continue
                 if 0 < n < zero_copy_min and v[0] != 0x80:   # small, and not a pickle
                     batch_keys.append(k)
                     if batch.add(v):
