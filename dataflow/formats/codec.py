@@ -3,6 +3,7 @@
 API (what the format modules and the remote dataflows use)::
 
     dumps(obj, format="msgpack") -> bytes
+    Encoder(format="msgpack")(obj) -> buffer     # the same bytes, for writers' loops
     loads(buf, *, allow_pickle=True, where=None) -> object
     sniff(buf) -> "msgpack" | "pickle"
     PickleRefusedError, DecodeError            # both subclasses of ValueError
@@ -64,15 +65,17 @@ class PickleRefusedError(ValueError):
 def _encode_default(obj):
     """msgpack's ``default`` hook: the msgpack-numpy layout for arrays, numpy scalars, complex."""
     if isinstance(obj, np.ndarray):
-        kind = obj.dtype.kind
+        dtype = obj.dtype
+        kind = dtype.kind
+        if kind != "V" and kind != "O":          # the common case first
+            return {b"nd": True, b"type": dtype.str, b"kind": b"", b"shape": obj.shape,
+                    b"data": _raw(obj)}
         if kind == "V":
             return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"V",
                     b"shape": obj.shape, b"data": _raw(obj)}
         if kind == "O":
             return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"O",
-                    b"shape": obj.shape, b"data": obj.dumps()}
-        return {b"nd": True, b"type": obj.dtype.str, b"kind": b"", b"shape": obj.shape,
-                b"data": _raw(obj)}
+                b"shape": obj.shape, b"data": obj.dumps()}
     if isinstance(obj, (np.bool_, np.number)):
         return {b"nd": False, b"type": obj.dtype.str, b"data": obj.tobytes()}
     if isinstance(obj, complex):
@@ -82,22 +85,31 @@ def _encode_default(obj):
 
 
 def _raw(arr):
-    if not arr.flags.c_contiguous:
-        return arr.tobytes()
+    """The C-order bytes of ``arr``: a view when it is contiguous, else a copy."""
     try:
-        return arr.data
+        data = arr.data
     except ValueError:      # no buffer format for the dtype (datetime64): the same bytes as uint8
-        return arr.reshape(-1).view(np.uint8).data
+        return arr.reshape(-1).view(np.uint8).data if arr.flags.c_contiguous else arr.tobytes()
+    return data if data.c_contiguous else arr.tobytes()
 
 
 _SPLICE_MIN = 16 * 1024
+_POOLED_MAX = 1 << 20       # a packer that made a longer value is dropped, not kept with its buffer
+_PACKERS = []               # idle packers (autoreset): list.pop/append are atomic, so any thread
+                            # takes one of its own, and a nested dumps() takes another
 
 
 def _msgpack_dumps(obj):
-    if type(obj) in (list, tuple) and any(
-            type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN for c in obj):
-        return _spliced(obj)
-    return msgpack.packb(obj, use_bin_type=True, default=_encode_default)
+    if type(obj) in (list, tuple):
+        for c in obj:
+            if type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN:
+                return _spliced(obj)
+    pool = _PACKERS
+    packer = pool.pop() if pool else msgpack.Packer(use_bin_type=True, default=_encode_default)
+    out = packer.pack(obj)          # on an error the packer resets itself, and is dropped here
+    if len(out) <= _POOLED_MAX:
+        pool.append(packer)
+    return out
 
 
 def _spliced(seq):
@@ -143,6 +155,38 @@ def dumps(obj, format="msgpack"):
     if format == "pickle":
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     raise ValueError(f"unknown format {format!r}: expected one of {FORMATS}")
+
+
+class Encoder:
+    """One writer's encoder: ``encoder(obj)`` gives the bytes of ``dumps(obj, format)`` as a
+    read-only buffer, valid until the next call or ``release()``. msgpack values are packed
+    into one buffer reused from value to value (a fresh buffer per value costs page faults: for
+    150 KB arrays, more than the copy itself), so a writer that copies the value at once (an
+    LMDB put, a ZeroMQ send with copy) pays one copy of the array bytes and no allocation."""
+
+    def __init__(self, format="msgpack"):
+        if format not in FORMATS:
+            raise ValueError(f"unknown format {format!r}: expected one of {FORMATS}")
+        self.format = format
+        self._packer = (msgpack.Packer(use_bin_type=True, autoreset=False,
+                                       default=_encode_default)
+                        if format == "msgpack" else None)
+        self._view = None
+
+    def __call__(self, obj):
+        if self._packer is None:
+            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self.release()
+        self._packer.pack(obj)          # on an error the packer resets itself
+        self._view = self._packer.getbuffer()
+        return self._view
+
+    def release(self):
+        """End the validity of the last buffer (the packer's memory is kept for the next)."""
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+            self._packer.reset()
 
 
 # -- decoding ------------------------------------------------------------------------------------

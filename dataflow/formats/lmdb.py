@@ -648,18 +648,19 @@ def _check_layout(ds, allow_pickle):
 
 
 def _write(env, df, path, write_frequency, format, lmdb):
-    dumps = codec.dumps
+    dumps = codec.Encoder(format)
     keys = []
     # The uncommitted datapoints, encoded again if the map must grow (MapFullError loses the
     # transaction). Keeping the datapoints, not their encodings, lets each encoding's memory be
     # reused by the next one: fresh memory for every 150 KB value cost more than the write.
+    # (The encoder packs every value into one buffer, reused the same way.)
     pending, pending_bytes = [], 0
     txn = env.begin(write=True)
     try:
         for i, dp in enumerate(df):
             key = b"%08d" % i
             try:
-                value = dumps(dp, format)
+                value = dumps(dp)
             except Exception as e:
                 raise TypeError(f"LMDBSerializer.save({path!r}): datapoint {i} (a "
                                 f"{type(dp).__name__}) cannot be encoded as {format}: {e}") \
@@ -678,7 +679,7 @@ def _write(env, df, path, write_frequency, format, lmdb):
                 pending, pending_bytes = [], 0
         pending.append((_KEYS, keys))
         try:
-            txn.put(_KEYS, dumps(keys, format))
+            txn.put(_KEYS, dumps(keys))
         except lmdb.MapFullError:
             txn = _grow_and_replay(env, txn, pending, lmdb, format)
         txn.commit()
