@@ -51,9 +51,11 @@ logger = logging.getLogger(__name__)
 
 _KEYS = b"__keys__"
 # tensorpack's map size: 2 TiB where the address space allows it. A read-only map beyond the end
-# of the file costs nothing; a writer grows the file as it writes (no MDB_WRITEMAP).
+# of the file costs nothing.
 _MAP_SIZE = 1099511627776 * 2 if sys.maxsize > 2**32 else 128 * 1024 * 1024
-_WRITE_MAP_SIZE = _MAP_SIZE           # doubled on MapFullError
+# The writer's map (MDB_WRITEMAP) is the size of the file while it is written (sparse), so it
+# starts smaller, and is doubled on MapFullError.
+_WRITE_MAP_SIZE = 1 << 30 if sys.maxsize > 2**32 else 128 * 1024 * 1024
 _PENDING_BYTES = 64 * 1024 * 1024     # save: commit at least this often, to bound memory
 
 
@@ -585,14 +587,18 @@ class LMDBSerializer:
         df.reset_state()
         tmp = f"{data_file}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         tmp_lock = tmp + "-lock"
-        # No sync per commit: one flush to disk at the end, before the rename. (MDB_WRITEMAP
-        # measured slower in a fresh process: a page fault per 4 KiB of a new sparse file.)
+        # A write map: LMDB writes pages straight into a shared map of the file, not into
+        # malloc'd pages it then pwrite()s: for 150 KB values about half the system time (the
+        # file is sized to the map while it is written, and cut to its pages at the end). No
+        # sync per commit: one flush to disk at the end, before the rename.
         env = lmdb.open(tmp, subdir=False, map_size=_WRITE_MAP_SIZE, readonly=False,
-                        meminit=False, map_async=True, sync=False)
+                        meminit=False, map_async=True, sync=False, writemap=True)
         try:
             _write(env, df, path, write_frequency, format, lmdb)
+            used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
             env.sync(True)
             env.close()
+            os.truncate(tmp, used)
             os.replace(tmp, data_file)
             os.replace(tmp_lock, lock_file)
         except BaseException:
