@@ -220,3 +220,32 @@ def test_small_batch_decodes_in_order_and_finds_the_bad_value():
     with pytest.raises(codec.BatchError) as err:
         bad.decode()
     assert isinstance(err.value.error, codec.PickleRefusedError)
+
+
+@pytest.mark.parametrize("fmt", codec.FORMATS)
+def test_encoder_gives_dumps_bytes_in_a_reused_buffer(fmt):
+    enc = codec.Encoder(fmt)
+    for v in VALUES + FLAT:
+        buf = enc(v)
+        assert bytes(buf) == codec.dumps(v, fmt)
+    if fmt == "msgpack":
+        first = enc([np.zeros(3), 1])
+        enc([2])
+        with pytest.raises(ValueError):         # the last buffer ends with the next call
+            bytes(first)
+        with pytest.raises(TypeError):
+            enc([object()])
+        assert bytes(enc([3])) == codec.dumps([3])      # an error leaves no partial bytes
+        enc.release()
+    with pytest.raises(ValueError):
+        codec.Encoder("json")
+
+
+def test_dumps_reentrant_and_bounded_pool():
+    # a value that is long returns no packer to the pool (its buffer would stay)
+    n = len(codec._PACKERS)
+    codec.dumps({"a": np.zeros(2 << 20, "u1")})
+    assert len(codec._PACKERS) <= max(n, 1)
+    with pytest.raises(TypeError):
+        codec.dumps([object()])
+    assert codec.dumps([1, {"b": 2}]) == msgpack.packb([1, {"b": 2}], use_bin_type=True)
