@@ -222,6 +222,56 @@ def test_small_batch_decodes_in_order_and_finds_the_bad_value():
     assert isinstance(err.value.error, codec.PickleRefusedError)
 
 
+SAME_LAYOUT = {
+    "int and array": [[i, np.full(16, i, "f4")] for i in range(40)],
+    "wide numbers": [[1000 + i, -40000 - i, 2**40 + i, 0.5 + i, np.float32(i).item(),
+                      np.arange(6, dtype=">i2").reshape(2, 3) + i] for i in range(30)],
+    "arrays": [[np.full((2, 3, 4), i, "u1"), np.full(5, i, "<c8"), np.zeros((0, 3))]
+               for i in range(20)],
+    # one length, different layouts: the unpacker decodes them
+    "fixint then uint8": [[5, 200], [200, 5]],
+    "shapes": [[np.zeros((2, 3), "u1")], [np.zeros((3, 2), "u1")]],
+    "dtypes": [[np.zeros(4, "<i4")], [np.zeros(4, "<f4")]],
+    "not flat": [[[1, 2], 3], [[4, 5], 6]],
+    "0-d array": [[np.array(1.0)], [np.array(2.0)]],
+    "strings": [["ab", 1], ["cd", 2]],
+}
+
+
+@pytest.mark.parametrize("name", SAME_LAYOUT)
+def test_small_batch_same_layout_gives_the_unpackers_values(name):
+    vals = SAME_LAYOUT[name]
+    bufs = [codec.dumps(v) for v in vals]
+    if name in ("int and array", "wide numbers", "arrays"):
+        assert len(set(map(len, bufs))) == 1
+        assert codec._same_layout(b"".join(bufs), len(bufs)) is not None
+    batch = codec.SmallBatch(True, size=1000)
+    for b in bufs:
+        batch.add(b)
+    got = batch.decode()
+    ref = [msgpack.unpackb(b, raw=False, strict_map_key=False, object_hook=codec._HOOKS[True])
+           for b in bufs]
+    assert len(got) == len(ref)
+    for g, r, v in zip(got, ref, vals):
+        assert same(g, r) and same(g, v)
+        assert [type(x) for x in g] == [type(x) for x in r]
+        for a in g:
+            if isinstance(a, np.ndarray):
+                assert not a.flags.writeable and a.flags.aligned
+
+
+def test_small_batch_same_length_but_not_one_layout_is_not_misread():
+    # equal lengths and a first value with a layout, but another value differs in a header byte
+    a, b = codec.dumps([1, np.zeros(3, "<f4")]), codec.dumps([1, np.zeros(3, "<i4")])
+    assert len(a) == len(b)
+    assert codec._same_layout(a + b, 2) is None
+    # values of different lengths that add up to a multiple are not split as rows
+    batch = codec.SmallBatch(True)
+    for v in ([1, 2, 3], [1], [1, 2, 3, 4, 5]):
+        batch.add(codec.dumps(v))
+    assert batch.decode() == [[1, 2, 3], [1], [1, 2, 3, 4, 5]]
+
+
 @pytest.mark.parametrize("fmt", codec.FORMATS)
 def test_encoder_gives_dumps_bytes_in_a_reused_buffer(fmt):
     enc = codec.Encoder(fmt)

@@ -374,7 +374,7 @@ class SmallBatch:
     value that does not decode on its own, and the values before it.
     """
 
-    def __init__(self, allow_pickle, size=64):
+    def __init__(self, allow_pickle, size=256):
         self.size = size
         self._hook = _HOOKS[bool(allow_pickle)]
         self._one = small_msgpack_loads(allow_pickle)
@@ -394,9 +394,15 @@ class SmallBatch:
         bufs, ends, total = self._bufs, self._ends, self._total
         self._bufs, self._ends, self._total = [], [], 0
         try:
+            joined = b"".join(bufs)
+            if 1 < len(bufs) and total <= _SAME_LAYOUT_MAX and \
+                    len(set(map(len, bufs))) == 1:
+                out = _same_layout(joined, len(bufs))
+                if out is not None:
+                    return out
             up = msgpack.Unpacker(None, raw=False, strict_map_key=False,
                                   object_hook=self._hook, max_buffer_size=total)
-            up.feed(b"".join(bufs))
+            up.feed(joined)
             out, unpack, tell = [], up.unpack, up.tell
             for end in ends:
                 out.append(unpack())
@@ -412,6 +418,86 @@ class SmallBatch:
             except Exception as e:
                 raise BatchError(i, done, e) from None
         raise BatchError(len(bufs), done, ValueError("values run into each other"))
+
+
+_SAME_LAYOUT_MAX = 256 * 1024     # bytes of a batch decoded column by column (its arrays share it)
+_BE_INTS = {0xcc: ">u1", 0xcd: ">u2", 0xce: ">u4", 0xcf: ">u8", 0xd0: ">i1", 0xd1: ">i2",
+            0xd2: ">i4", 0xd3: ">i8", 0xca: ">f4", 0xcb: ">f8"}
+
+
+def _layout(row):
+    """Where the items of a flat datapoint are in its bytes ``row`` (a short list of plain
+    arrays of at least one dimension, ints and floats): a list of ``("fix", offset)`` (a
+    positive fixint: the byte is the value), ``("num", offset, big-endian dtype)`` (the value
+    after a type byte) and ``("arr", offset, dtype, shape, nbytes)``; None for anything else."""
+    first = row[0]
+    if not 0x91 <= first <= 0x9f:
+        return None
+    items, p, n = [], 1, len(row)
+    for _ in range(first - 0x90):
+        if p >= n:
+            return None
+        b = row[p]
+        if b <= 0x7f:
+            items.append(("fix", p))
+            p += 1
+        elif b in _BE_INTS:
+            dt = np.dtype(_BE_INTS[b])
+            items.append(("num", p + 1, dt))
+            p += 1 + dt.itemsize
+        elif b == 0x85:
+            mo = _PLAIN_ARRAY.match(row, p)
+            if mo is None:
+                return None
+            tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
+            dtype = _DTYPES_B[tstr]
+            shape = tuple(_dims(dims))
+            size = int.from_bytes(b8 or b16 or b32, "big")
+            count = 1
+            for c in shape:
+                count *= c
+            if dtype is None or tlen[0] - 0xa0 != len(tstr) or len(shape) != nd[0] - 0x90 \
+                    or not shape or count * dtype.itemsize != size:
+                return None
+            items.append(("arr", mo.end(), dtype, shape, size))
+            p = mo.end() + size
+        else:
+            return None
+    return items if p == n else None
+
+
+def _same_layout(joined, m):
+    """The ``m`` values of ``joined`` (each ``len(joined) // m`` bytes) decoded column by column
+    when they are flat datapoints of one layout (:func:`_layout` of the first, and every other
+    value equal to it outside the numbers and array data): what msgpack's unpacker gives, with
+    each array a read-only row of one block per column. None when that does not hold."""
+    rows = np.frombuffer(joined, np.uint8).reshape(m, -1)
+    items = _layout(joined[:rows.shape[1]])
+    if items is None:
+        return None
+    fixed = np.ones(rows.shape[1], bool)        # the bytes every value must share
+    columns = []
+    for item in items:
+        if item[0] == "fix":
+            col = rows[:, item[1]]
+            if col.max() > 0x7f:
+                return None
+            fixed[item[1]] = False
+            columns.append(col.tolist())
+        elif item[0] == "num":
+            off, dt = item[1], item[2]
+            fixed[off:off + dt.itemsize] = False
+            columns.append(rows[:, off:off + dt.itemsize].copy().view(dt).ravel().tolist())
+        else:
+            off, dtype, shape, size = item[1:]
+            fixed[off:off + size] = False
+            block = rows[:, off:off + size].copy().view(dtype).reshape((m,) + shape)
+            block.flags.writeable = False
+            columns.append(list(block))
+    keep = rows[:, fixed]
+    if not (keep == keep[0]).all():
+        return None
+    return list(map(list, zip(*columns)))
 
 
 class BatchError(Exception):
