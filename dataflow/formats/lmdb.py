@@ -380,26 +380,29 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         LMDB's map and large ones are first turned into views of our map of the file. Small
         msgpack values (the common case of files of small records) are decoded in batches."""
         loads, zero_copy_min, flat = codec.loads, codec.ZERO_COPY_MIN, codec.flat_list
-        batch, batch_keys = codec.SmallBatch(allow_pickle), []
+        batch = codec.SmallBatch(allow_pickle)
+        size = batch.size
+        bufs, keys = [], []         # the small values queued for the batch, and their keys
         for k, v in pairs:
             if env is None and k == _KEYS:      # a scan sees every record
                 continue
             if v is not None:
                 n = len(v)
-                if n >= zero_copy_min and env is None and not batch_keys and v[0] != 0x80:
+                if 0 < n < zero_copy_min and v[0] != 0x80:   # small, and not a pickle
+                    bufs.append(v)
+                    keys.append(k)
+                    if len(bufs) >= size:
+                        yield from self._flush(batch, bufs, keys)
+                        bufs, keys = [], []
+                    continue
+                if n >= zero_copy_min and env is None and not bufs and v[0] != 0x80:
                     dp = flat(v)                # a scan's value: already a view of our map
                     if dp is not None:
                         yield dp
                         continue
-                if 0 < n < zero_copy_min and v[0] != 0x80:   # small, and not a pickle
-                    batch_keys.append(k)
-                    if batch.add(v):
-                        yield from self._flush(batch, batch_keys)
-                        batch_keys = []
-                    continue
-            if batch_keys:
-                yield from self._flush(batch, batch_keys)
-                batch_keys = []
+            if bufs:
+                yield from self._flush(batch, bufs, keys)
+                bufs, keys = [], []
             if v is None:
                 raise LMDBFormatError(f"{self._where(k)}: no such record")
             if len(v) >= zero_copy_min and env is not None:
@@ -409,12 +412,12 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
             except (codec.DecodeError, codec.PickleRefusedError) as e:
                 raise type(e)(f"{self._where(k)}: {e}") from None
             yield dp
-        if batch_keys:
-            yield from self._flush(batch, batch_keys)
+        if bufs:
+            yield from self._flush(batch, bufs, keys)
 
-    def _flush(self, batch, keys):
+    def _flush(self, batch, bufs, keys):
         try:
-            dps = batch.decode()
+            dps = batch.decode_list(bufs)
         except codec.BatchError as b:
             yield from b.done
             e, where = b.error, self._where(keys[b.index])
