@@ -20,6 +20,10 @@ receiver allow_pickle=True), ``tensorpack`` (its default, pickle), ``tensorpack-
 (TENSORPACK_SERIALIZE=msgpack), and ``zmq-raw``: pyzmq alone sending one pre-made frame of the
 same size again and again, no encoding or decoding (the transport's ceiling on this machine). Trials alternate systems within each repeat; ratios are taken
 repeat by repeat (same transport), then the median and the range are reported.
+
+``--malloc-tuned`` runs every process (all systems alike) with glibc malloc kept from returning
+150 KiB blocks to the kernel (:data:`MALLOC_TUNED`): without it, a large share of the
+receiver's CPU time is page faults on freshly mapped message buffers.
 """
 import argparse
 import json
@@ -34,6 +38,10 @@ import textwrap
 import time
 
 ARRAY_BYTES = 150 * 1024
+# glibc malloc serves a 150 KiB block with mmap, or trims the freed heap top, so fresh pages
+# fault in for many frames (ZeroMQ allocates every received message); these keep such blocks
+# in the heap. Same setting for every system.
+MALLOC_TUNED = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864"
 WARMUP = 200
 
 SYSTEMS = {
@@ -85,9 +93,11 @@ print(json.dumps({{"dp_s": n / dt, "gb_s": n * {size} / dt / 1e9,
 """
 
 
-def _scripts(system, addr, n):
+def _scripts(system, addr, n, tunables=""):
     lib, fmt, allow_pickle = SYSTEMS[system]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if tunables:
+        env["GLIBC_TUNABLES"] = tunables
     if lib == "dataflow":
         s_imports = ("from dataflow import DataFromList\n"
                      "from dataflow.remote import send_dataflow_zmq")
@@ -144,12 +154,12 @@ def _free_tcp():
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def trial(system, transport, n, timeout):
+def trial(system, transport, n, timeout, tunables=""):
     """One sender process -> one receiver process; returns the receiver's measurements plus
     the sender's teardown."""
     tmp = tempfile.mkdtemp(prefix="df-bench-remote-")
     addr = f"ipc://{tmp}/s" if transport == "ipc" else _free_tcp()
-    sender_code, receiver_code, env = _scripts(system, addr, n)
+    sender_code, receiver_code, env = _scripts(system, addr, n, tunables)
     cwd = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     receiver = subprocess.Popen([sys.executable, "-c", receiver_code], env=env, cwd=cwd,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -195,6 +205,9 @@ def main(argv=None):
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--timeout", type=float, default=120, help="seconds per trial")
     ap.add_argument("--json", default="", help="write the raw results here")
+    ap.add_argument("--malloc-tuned", action="store_true",
+                    help="run every sender and receiver (all systems alike) with "
+                         f"GLIBC_TUNABLES={MALLOC_TUNED} (see the module doc)")
     args = ap.parse_args(argv)
     transports = args.transports.split(",")
     systems = args.systems.split(",")
@@ -204,7 +217,8 @@ def main(argv=None):
         order = systems if r % 2 == 0 else systems[::-1]      # alternate who goes first
         for t in transports:
             for s in order:
-                res = trial(s, t, args.n, args.timeout)
+                res = trial(s, t, args.n, args.timeout,
+                            MALLOC_TUNED if args.malloc_tuned else "")
                 res["repeat"] = r
                 results[(s, t)].append(res)
                 print(f"repeat {r} {t:3s} {s:18s} {res['dp_s']:8,.0f} dp/s "

@@ -65,6 +65,48 @@ def test_both_decoders_give_the_same_values():
         assert same(walked, small)
 
 
+FLAT = [
+    [RNG.randint(0, 256, 150_000).astype("uint8"), 7],
+    [np.zeros((3, 200, 40), "<f4"), 0, 127, 128, 255, 256, 2**16, 2**32, -1, -32, -33, -200,
+     -2**20, -2**40, 1.5],
+    [np.zeros(30_000, ">i2"), np.zeros((2, 10_000), "u1"), np.array(7.0)],
+    [b"\x01" + np.zeros(20_000, "f8").tobytes()],       # bytes, not a flat list's item
+    [np.zeros(20_000, "u1"), [1, 2]],                  # a nested list: not flat
+    [np.zeros(20_000, "u1"), None],
+    [np.zeros((200, 200), "u1"), "s"],
+]
+
+
+@pytest.mark.parametrize("i", range(len(FLAT)))
+def test_flat_list_fast_path_gives_the_walkers_values(i):
+    b = codec.dumps(FLAT[i])
+    assert len(b) >= codec.ZERO_COPY_MIN
+    walked = codec._Walker(b, True, None).value()
+    fast = codec.flat_list(b)
+    assert same(walked, FLAT[i])
+    if i < 3:
+        assert fast is not None and same(fast, walked)
+        arrays = [a for a in fast if isinstance(a, np.ndarray)]
+        assert all(not a.flags.writeable and a.flags.aligned for a in arrays)
+    else:
+        assert fast is None
+    assert codec.flat_list(bytearray(b)) is None or \
+        not any(isinstance(a, np.ndarray) and a.flags.writeable
+                for a in codec.flat_list(bytearray(b)))
+    assert codec.flat_list(b[:-1]) is None              # truncated: the walker names it
+    with pytest.raises(codec.DecodeError):
+        codec.loads(b[:-1])
+
+
+def test_flat_list_copies_unaligned_arrays():
+    # a 1-byte int before the array puts its data at an odd offset
+    v = [np.arange(5000, dtype="<f8"), 3]
+    b = codec.dumps(v)
+    got = codec.flat_list(b)
+    assert got[0].flags.aligned and not got[0].flags.writeable
+    np.testing.assert_array_equal(got[0], v[0])
+
+
 @pytest.mark.parametrize("n", [10, 3000])
 def test_datetime_arrays_which_msgpack_numpy_cannot_write(n):
     # msgpack-numpy raises on datetime64 arrays ("cannot include dtype 'M' in a buffer"); we
@@ -178,3 +220,82 @@ def test_small_batch_decodes_in_order_and_finds_the_bad_value():
     with pytest.raises(codec.BatchError) as err:
         bad.decode()
     assert isinstance(err.value.error, codec.PickleRefusedError)
+
+
+SAME_LAYOUT = {
+    "int and array": [[i, np.full(16, i, "f4")] for i in range(40)],
+    "wide numbers": [[1000 + i, -40000 - i, 2**40 + i, 0.5 + i, np.float32(i).item(),
+                      np.arange(6, dtype=">i2").reshape(2, 3) + i] for i in range(30)],
+    "arrays": [[np.full((2, 3, 4), i, "u1"), np.full(5, i, "<c8"), np.zeros((0, 3))]
+               for i in range(20)],
+    # one length, different layouts: the unpacker decodes them
+    "fixint then uint8": [[5, 200], [200, 5]],
+    "shapes": [[np.zeros((2, 3), "u1")], [np.zeros((3, 2), "u1")]],
+    "dtypes": [[np.zeros(4, "<i4")], [np.zeros(4, "<f4")]],
+    "not flat": [[[1, 2], 3], [[4, 5], 6]],
+    "0-d array": [[np.array(1.0)], [np.array(2.0)]],
+    "strings": [["ab", 1], ["cd", 2]],
+}
+
+
+@pytest.mark.parametrize("name", SAME_LAYOUT)
+def test_small_batch_same_layout_gives_the_unpackers_values(name):
+    vals = SAME_LAYOUT[name]
+    bufs = [codec.dumps(v) for v in vals]
+    if name in ("int and array", "wide numbers", "arrays"):
+        assert len(set(map(len, bufs))) == 1
+        assert codec._same_layout(b"".join(bufs), len(bufs)) is not None
+    batch = codec.SmallBatch(True, size=1000)
+    for b in bufs:
+        batch.add(b)
+    got = batch.decode()
+    ref = [msgpack.unpackb(b, raw=False, strict_map_key=False, object_hook=codec._HOOKS[True])
+           for b in bufs]
+    assert len(got) == len(ref)
+    for g, r, v in zip(got, ref, vals):
+        assert same(g, r) and same(g, v)
+        assert [type(x) for x in g] == [type(x) for x in r]
+        for a in g:
+            if isinstance(a, np.ndarray):
+                assert not a.flags.writeable and a.flags.aligned
+
+
+def test_small_batch_same_length_but_not_one_layout_is_not_misread():
+    # equal lengths and a first value with a layout, but another value differs in a header byte
+    a, b = codec.dumps([1, np.zeros(3, "<f4")]), codec.dumps([1, np.zeros(3, "<i4")])
+    assert len(a) == len(b)
+    assert codec._same_layout(a + b, 2) is None
+    # values of different lengths that add up to a multiple are not split as rows
+    batch = codec.SmallBatch(True)
+    for v in ([1, 2, 3], [1], [1, 2, 3, 4, 5]):
+        batch.add(codec.dumps(v))
+    assert batch.decode() == [[1, 2, 3], [1], [1, 2, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("fmt", codec.FORMATS)
+def test_encoder_gives_dumps_bytes_in_a_reused_buffer(fmt):
+    enc = codec.Encoder(fmt)
+    for v in VALUES + FLAT:
+        buf = enc(v)
+        assert bytes(buf) == codec.dumps(v, fmt)
+    if fmt == "msgpack":
+        first = enc([np.zeros(3), 1])
+        enc([2])
+        with pytest.raises(ValueError):         # the last buffer ends with the next call
+            bytes(first)
+        with pytest.raises(TypeError):
+            enc([object()])
+        assert bytes(enc([3])) == codec.dumps([3])      # an error leaves no partial bytes
+        enc.release()
+    with pytest.raises(ValueError):
+        codec.Encoder("json")
+
+
+def test_dumps_reentrant_and_bounded_pool():
+    # a value that is long returns no packer to the pool (its buffer would stay)
+    n = len(codec._PACKERS)
+    codec.dumps({"a": np.zeros(2 << 20, "u1")})
+    assert len(codec._PACKERS) <= max(n, 1)
+    with pytest.raises(TypeError):
+        codec.dumps([object()])
+    assert codec.dumps([1, {"b": 2}]) == msgpack.packb([1, {"b": 2}], use_bin_type=True)

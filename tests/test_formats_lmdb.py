@@ -540,6 +540,23 @@ def test_map_grows_and_no_datapoint_is_lost(tmp_path, monkeypatch):
     assert_same(load_all(path), dps)
 
 
+def test_saved_file_is_its_pages_not_the_write_map(tmp_path):
+    # the writer's map (MDB_WRITEMAP) sizes the file while it is written; the saved file is cut
+    # to the pages LMDB used, and reads back with and without the cut
+    dps = datapoints(30, big=True)
+    path = str(tmp_path / "w.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
+    env = lmdb.open(path, subdir=False, readonly=True, lock=False)
+    try:
+        used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    finally:
+        env.close()
+    assert os.path.getsize(path) == used
+    assert used < 4 << 20
+    assert_same(load_all(path), dps)
+    assert sorted(os.listdir(tmp_path)) == ["w.lmdb", "w.lmdb-lock"]
+
+
 # -- the page scan of sequential reads (dataflow/formats/_lmdbscan.py) ------------------------------
 def _many_big(tmp_path, n=400):
     rng = np.random.RandomState(5)

@@ -3,6 +3,7 @@
 API (what the format modules and the remote dataflows use)::
 
     dumps(obj, format="msgpack") -> bytes
+    Encoder(format="msgpack")(obj) -> buffer     # the same bytes, for writers' loops
     loads(buf, *, allow_pickle=True, where=None) -> object
     sniff(buf) -> "msgpack" | "pickle"
     PickleRefusedError, DecodeError            # both subclasses of ValueError
@@ -64,15 +65,17 @@ class PickleRefusedError(ValueError):
 def _encode_default(obj):
     """msgpack's ``default`` hook: the msgpack-numpy layout for arrays, numpy scalars, complex."""
     if isinstance(obj, np.ndarray):
-        kind = obj.dtype.kind
+        dtype = obj.dtype
+        kind = dtype.kind
+        if kind != "V" and kind != "O":          # the common case first
+            return {b"nd": True, b"type": dtype.str, b"kind": b"", b"shape": obj.shape,
+                    b"data": _raw(obj)}
         if kind == "V":
             return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"V",
                     b"shape": obj.shape, b"data": _raw(obj)}
         if kind == "O":
             return {b"nd": True, b"type": obj.dtype.descr, b"kind": b"O",
-                    b"shape": obj.shape, b"data": obj.dumps()}
-        return {b"nd": True, b"type": obj.dtype.str, b"kind": b"", b"shape": obj.shape,
-                b"data": _raw(obj)}
+                b"shape": obj.shape, b"data": obj.dumps()}
     if isinstance(obj, (np.bool_, np.number)):
         return {b"nd": False, b"type": obj.dtype.str, b"data": obj.tobytes()}
     if isinstance(obj, complex):
@@ -82,22 +85,31 @@ def _encode_default(obj):
 
 
 def _raw(arr):
-    if not arr.flags.c_contiguous:
-        return arr.tobytes()
+    """The C-order bytes of ``arr``: a view when it is contiguous, else a copy."""
     try:
-        return arr.data
+        data = arr.data
     except ValueError:      # no buffer format for the dtype (datetime64): the same bytes as uint8
-        return arr.reshape(-1).view(np.uint8).data
+        return arr.reshape(-1).view(np.uint8).data if arr.flags.c_contiguous else arr.tobytes()
+    return data if data.c_contiguous else arr.tobytes()
 
 
 _SPLICE_MIN = 16 * 1024
+_POOLED_MAX = 1 << 20       # a packer that made a longer value is dropped, not kept with its buffer
+_PACKERS = []               # idle packers (autoreset): list.pop/append are atomic, so any thread
+                            # takes one of its own, and a nested dumps() takes another
 
 
 def _msgpack_dumps(obj):
-    if type(obj) in (list, tuple) and any(
-            type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN for c in obj):
-        return _spliced(obj)
-    return msgpack.packb(obj, use_bin_type=True, default=_encode_default)
+    if type(obj) in (list, tuple):
+        for c in obj:
+            if type(c) is np.ndarray and c.nbytes >= _SPLICE_MIN:
+                return _spliced(obj)
+    pool = _PACKERS
+    packer = pool.pop() if pool else msgpack.Packer(use_bin_type=True, default=_encode_default)
+    out = packer.pack(obj)          # on an error the packer resets itself, and is dropped here
+    if len(out) <= _POOLED_MAX:
+        pool.append(packer)
+    return out
 
 
 def _spliced(seq):
@@ -145,6 +157,38 @@ def dumps(obj, format="msgpack"):
     raise ValueError(f"unknown format {format!r}: expected one of {FORMATS}")
 
 
+class Encoder:
+    """One writer's encoder: ``encoder(obj)`` gives the bytes of ``dumps(obj, format)`` as a
+    read-only buffer, valid until the next call or ``release()``. msgpack values are packed
+    into one buffer reused from value to value (a fresh buffer per value costs page faults: for
+    150 KB arrays, more than the copy itself), so a writer that copies the value at once (an
+    LMDB put, a ZeroMQ send with copy) pays one copy of the array bytes and no allocation."""
+
+    def __init__(self, format="msgpack"):
+        if format not in FORMATS:
+            raise ValueError(f"unknown format {format!r}: expected one of {FORMATS}")
+        self.format = format
+        self._packer = (msgpack.Packer(use_bin_type=True, autoreset=False,
+                                       default=_encode_default)
+                        if format == "msgpack" else None)
+        self._view = None
+
+    def __call__(self, obj):
+        if self._packer is None:
+            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self.release()
+        self._packer.pack(obj)          # on an error the packer resets itself
+        self._view = self._packer.getbuffer()
+        return self._view
+
+    def release(self):
+        """End the validity of the last buffer (the packer's memory is kept for the next)."""
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+            self._packer.reset()
+
+
 # -- decoding ------------------------------------------------------------------------------------
 
 def sniff(buf):
@@ -181,7 +225,9 @@ def loads(buf, *, allow_pickle=True, where=None):
                               f"unpickle: {type(e).__name__}: {e}") from e
     try:
         if len(buf) >= ZERO_COPY_MIN:
-            return _Walker(buf, allow_pickle, where).value()
+            mv = _bytes_view(buf)
+            v = _flat_list(mv)
+            return v if v is not None else _Walker(mv, allow_pickle, where).value()
         return msgpack.unpackb(buf, raw=False, strict_map_key=False,
                                object_hook=_HOOKS[bool(allow_pickle)] if where is None
                                else _Hook(allow_pickle, where))
@@ -318,21 +364,22 @@ _HOOKS = {True: _Hook(True, None), False: _Hook(False, None)}
 
 class SmallBatch:
     """Decodes many small msgpack values (each known to be msgpack and under
-    :data:`ZERO_COPY_MIN` bytes) with one C unpacker: about a third less time per value than one
-    call each, for readers of files of small records.
+    :data:`ZERO_COPY_MIN` bytes) at once, for readers of files of small records: values of one
+    layout column by column with numpy (:func:`_same_layout`), others with one C unpacker.
 
     ``add(buf)`` queues a value (the buffer must stay valid until ``decode``); ``decode()``
-    returns the queued values decoded, in order, and empties the queue. Each value must end
-    exactly where the next one starts (checked), so a damaged value cannot borrow bytes of its
-    neighbour. On any failure ``decode`` raises :class:`BatchError` with the index of the first
-    value that does not decode on its own, and the values before it.
+    returns the queued values decoded, in order, and empties the queue; ``decode_list(bufs)``
+    decodes a list the caller queued itself. Each value must end exactly where the next one
+    starts (checked), so a damaged value cannot borrow bytes of its neighbour. On any failure
+    decoding raises :class:`BatchError` with the index of the first value that does not decode
+    on its own, and the values before it.
     """
 
-    def __init__(self, allow_pickle, size=64):
+    def __init__(self, allow_pickle, size=256):
         self.size = size
         self._hook = _HOOKS[bool(allow_pickle)]
         self._one = small_msgpack_loads(allow_pickle)
-        self._bufs, self._ends, self._total = [], [], 0
+        self._bufs = []
 
     def __len__(self):
         return len(self._bufs)
@@ -340,20 +387,29 @@ class SmallBatch:
     def add(self, buf):
         """Queue ``buf``; True when the batch is full."""
         self._bufs.append(buf)
-        self._total += len(buf)
-        self._ends.append(self._total)
         return len(self._bufs) >= self.size
 
     def decode(self):
-        bufs, ends, total = self._bufs, self._ends, self._total
-        self._bufs, self._ends, self._total = [], [], 0
+        bufs, self._bufs = self._bufs, []
+        return self.decode_list(bufs)
+
+    def decode_list(self, bufs):
         try:
+            joined = b"".join(bufs)
+            total = len(joined)
+            if 1 < len(bufs) and total <= _SAME_LAYOUT_MAX and \
+                    len(set(map(len, bufs))) == 1:
+                out = _same_layout(joined, len(bufs))
+                if out is not None:
+                    return out
             up = msgpack.Unpacker(None, raw=False, strict_map_key=False,
                                   object_hook=self._hook, max_buffer_size=total)
-            up.feed(b"".join(bufs))
+            up.feed(joined)
             out, unpack, tell = [], up.unpack, up.tell
-            for end in ends:
+            end = 0
+            for buf in bufs:
                 out.append(unpack())
+                end += len(buf)
                 if tell() != end:
                     raise ValueError("a value does not end where the next one starts")
             return out
@@ -366,6 +422,86 @@ class SmallBatch:
             except Exception as e:
                 raise BatchError(i, done, e) from None
         raise BatchError(len(bufs), done, ValueError("values run into each other"))
+
+
+_SAME_LAYOUT_MAX = 256 * 1024     # bytes of a batch decoded column by column (its arrays share it)
+_BE_INTS = {0xcc: ">u1", 0xcd: ">u2", 0xce: ">u4", 0xcf: ">u8", 0xd0: ">i1", 0xd1: ">i2",
+            0xd2: ">i4", 0xd3: ">i8", 0xca: ">f4", 0xcb: ">f8"}
+
+
+def _layout(row):
+    """Where the items of a flat datapoint are in its bytes ``row`` (a short list of plain
+    arrays of at least one dimension, ints and floats): a list of ``("fix", offset)`` (a
+    positive fixint: the byte is the value), ``("num", offset, big-endian dtype)`` (the value
+    after a type byte) and ``("arr", offset, dtype, shape, nbytes)``; None for anything else."""
+    first = row[0]
+    if not 0x91 <= first <= 0x9f:
+        return None
+    items, p, n = [], 1, len(row)
+    for _ in range(first - 0x90):
+        if p >= n:
+            return None
+        b = row[p]
+        if b <= 0x7f:
+            items.append(("fix", p))
+            p += 1
+        elif b in _BE_INTS:
+            dt = np.dtype(_BE_INTS[b])
+            items.append(("num", p + 1, dt))
+            p += 1 + dt.itemsize
+        elif b == 0x85:
+            mo = _PLAIN_ARRAY.match(row, p)
+            if mo is None:
+                return None
+            tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
+            dtype = _DTYPES_B[tstr]
+            shape = tuple(_dims(dims))
+            size = int.from_bytes(b8 or b16 or b32, "big")
+            count = 1
+            for c in shape:
+                count *= c
+            if dtype is None or tlen[0] - 0xa0 != len(tstr) or len(shape) != nd[0] - 0x90 \
+                    or not shape or count * dtype.itemsize != size:
+                return None
+            items.append(("arr", mo.end(), dtype, shape, size))
+            p = mo.end() + size
+        else:
+            return None
+    return items if p == n else None
+
+
+def _same_layout(joined, m):
+    """The ``m`` values of ``joined`` (each ``len(joined) // m`` bytes) decoded column by column
+    when they are flat datapoints of one layout (:func:`_layout` of the first, and every other
+    value equal to it outside the numbers and array data): what msgpack's unpacker gives, with
+    each array a read-only row of one block per column. None when that does not hold."""
+    rows = np.frombuffer(joined, np.uint8).reshape(m, -1)
+    items = _layout(joined[:rows.shape[1]])
+    if items is None:
+        return None
+    fixed = np.ones(rows.shape[1], bool)        # the bytes every value must share
+    columns = []
+    for item in items:
+        if item[0] == "fix":
+            col = rows[:, item[1]]
+            if col.max() > 0x7f:
+                return None
+            fixed[item[1]] = False
+            columns.append(col.tolist())
+        elif item[0] == "num":
+            off, dt = item[1], item[2]
+            fixed[off:off + dt.itemsize] = False
+            columns.append(rows[:, off:off + dt.itemsize].copy().view(dt).ravel().tolist())
+        else:
+            off, dtype, shape, size = item[1:]
+            fixed[off:off + size] = False
+            block = rows[:, off:off + size].copy().view(dtype).reshape((m,) + shape)
+            block.flags.writeable = False
+            columns.append(list(block))
+    keep = rows[:, fixed]
+    if not (keep == keep[0]).all():
+        return None
+    return list(map(list, zip(*columns)))
 
 
 class BatchError(Exception):
@@ -396,6 +532,91 @@ _U16, _U32, _U64 = struct.Struct(">H"), struct.Struct(">I"), struct.Struct(">Q")
 _I8, _I16, _I32, _I64 = (struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i"),
                          struct.Struct(">q"))
 _F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+
+
+def _bytes_view(buf):
+    """``buf`` as a 1-D memoryview of bytes."""
+    if type(buf) is memoryview and buf.format == "B" and buf.ndim == 1:
+        return buf
+    return memoryview(buf).cast("B")
+
+
+# the msgpack ints a flat datapoint holds besides arrays: first byte -> (struct, size)
+_INTS = {0xcc: struct.Struct(">B"), 0xcd: _U16, 0xce: _U32, 0xcf: _U64, 0xd0: _I8,
+         0xd1: _I16, 0xd2: _I32, 0xd3: _I64, 0xca: _F32, 0xcb: _F64}
+
+
+def _flat_list(mv):
+    """The common large datapoint in one loop: a list of at most 15 items, each an array of a
+    plain dtype (as msgpack-numpy writes it), an int or a float; the arrays are views of
+    ``mv`` as :class:`_Walker` makes them. None for anything else, or anything wrong (the
+    walker then decodes it, or names the error)."""
+    n = len(mv)
+    first = mv[0]
+    if not 0x91 <= first <= 0x9f:
+        return None
+    out = []
+    p = 1
+    match, dtypes, ints, readonly = _PLAIN_ARRAY.match, _DTYPES_B, _INTS, mv.readonly
+    for _ in range(first - 0x90):
+        if p >= n:
+            return None
+        b = mv[p]
+        if b <= 0x7f:
+            out.append(b)
+            p += 1
+        elif b == 0x85:
+            mo = match(mv, p, p + 256)
+            if mo is None:
+                return None
+            tlen, tstr, nd, dims, b8, b16, b32 = mo.groups()
+            ndim = nd[0] - 0x90
+            dtype = dtypes[tstr]
+            if dtype is None or tlen[0] - 0xa0 != len(tstr):
+                return None
+            if len(dims) == ndim:                   # every dimension < 128: one byte each
+                shape = tuple(dims)
+            elif ndim == 1:                         # one dimension, a uint of 1 to 8 bytes
+                shape = (int.from_bytes(dims[1:], "big"),)
+            else:
+                shape = tuple(_dims(dims))
+                if len(shape) != ndim:
+                    return None
+            size = int.from_bytes(b8 or b16 or b32, "big")
+            start = mo.end()
+            p = start + size
+            count = 1
+            for c in shape:
+                count *= c
+            if p > n or count * dtype.itemsize != size:
+                return None
+            arr = np.frombuffer(mv, dtype, count, start)
+            if dtype.alignment > 1 and not arr.flags.aligned:
+                arr = arr.copy()
+                arr.flags.writeable = False
+            elif not readonly:                      # never write into a writable buffer
+                arr.flags.writeable = False
+            out.append(arr if ndim == 1 else arr.reshape(shape))
+        elif b in ints:
+            st = ints[b]
+            end = p + 1 + st.size
+            if end > n:
+                return None
+            out.append(st.unpack_from(mv, p + 1)[0])
+            p = end
+        elif b >= 0xe0:
+            out.append(b - 0x100)
+            p += 1
+        else:
+            return None
+    return out if p == n else None
+
+
+def flat_list(buf):
+    """For readers' inner loops: the datapoint in ``buf`` (a large msgpack value, not a pickle)
+    when it is the common flat list :func:`loads` decodes in one loop, else None (then call
+    :func:`loads`, which decodes anything and names errors)."""
+    return _flat_list(_bytes_view(buf))
 
 
 class _Walker:
