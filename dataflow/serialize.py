@@ -390,7 +390,7 @@ class _Decoder:
         return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
 
     def ext_hook(self, code, data):
-        if code == _EXT_PICKLE_INBAND:      # first: this path must cost no more than the unpickling
+        if code == _EXT_PICKLE_INBAND:      # first: this path should cost little beyond loads
             if not self.allow_pickle:
                 raise ValueError("pickled data, which only allow_pickle=True may decode")
             return _pickle_loads(data)

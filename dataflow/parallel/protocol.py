@@ -238,8 +238,9 @@ def run_chunk(func, run, items, stop=None):
     t0 = time.perf_counter()
     cvthreads.apply_pending()       # the map function may have imported cv2 since the last chunk
     # The datapoint's random-stream key as a cursor advanced in place (see
-    # rng.set_datapoint_key): a call and a tuple per datapoint were a tenth of a worker's time on
-    # tiny datapoints. Set before every call: the map function may run a pipeline that sets its own.
+    # rng.set_datapoint_key): a call and a tuple per datapoint were a tenth of a worker's time
+    # on tiny datapoints. Set before every call: the map function may run a pipeline that sets
+    # its own.
     local, cursor = _rng._local, [run, 0]
     for seq, index, dp in items:
         cursor[1] = index
