@@ -44,6 +44,7 @@ decoded so far and one reusable packer per thread for the records that describe 
 """
 import math
 import pickle
+import re
 import struct
 import sys
 import threading
@@ -148,6 +149,13 @@ def _dtype_of(code):
 # more than packing a small record): the codes and payloads made here are always valid.
 _ExtType = msgpack.ExtType
 _tuple_new = tuple.__new__
+_pickle_dumps, _pickle_loads = pickle.dumps, pickle.loads
+_unpackb = msgpack.unpackb
+# Whether a pickle names the sender's main script (a class or function of it, by reference),
+# which a spawned process does not have: cloudpickle then carries it by value. A compiled
+# search costs less than ``b"__main__" in data``, which first tries the needle as an int and
+# makes a TypeError (that cost as much as pickling a small set).
+_refers_to_main = re.compile(b"__main__").search
 
 
 def _ext(code, data):
@@ -210,6 +218,7 @@ class _Encoder:
         self.threshold = threshold
         self.raw = raw
         self.allow_pickle = allow_pickle
+        self.packer = None          # a Packer kept for reuse (see _encode); None while it packs
 
     def encode(self, obj):
         mark = len(self.buffers)
@@ -225,12 +234,32 @@ class _Encoder:
             raise
 
     def pack(self, obj):
-        return msgpack.packb(obj, default=self.default, strict_types=True, use_bin_type=True)
+        packer = self.packer
+        if packer is None:      # none kept, or it is packing further up (a tuple's items)
+            return msgpack.packb(obj, default=self.default, strict_types=True, use_bin_type=True)
+        self.packer = None
+        try:
+            return packer.pack(obj)     # (a Packer empties itself when packing fails)
+        finally:
+            self.packer = packer
 
     def default(self, obj):
         if isinstance(obj, np.ndarray):
             return self.array(obj)
         if type(obj) in _PICKLED_TYPES:
+            if self.allow_pickle:
+                # pickled(obj) inline for plain pickle's success: the call alone cost a sixth
+                # of pickling a small set
+                first = len(self.buffers)
+                try:
+                    data = _pickle_dumps(obj, 5, buffer_callback=self._keep)
+                except Exception:
+                    data = None
+                if data is not None and _refers_to_main(data) is None:
+                    if len(self.buffers) == first:
+                        return _tuple_new(_ExtType, (_EXT_PICKLE_INBAND, data))
+                    return self._pickle_record(data, first)
+                del self.buffers[first:]
             return self.pickled(obj)
         if isinstance(obj, np.generic):
             if not _dtype_ok(obj.dtype):
@@ -278,37 +307,67 @@ class _Encoder:
         return _ext(_EXT_ARRAY, _pack_record([code, a.shape, fortran, where]))
 
     def pickled(self, obj, what=None):
-        """``obj`` as a pickle record (protocol 5): ``[pickle bytes, [buffer index, ...]]``, its
-        buffers of at least ``threshold`` bytes kept out of band like arrays."""
+        """``obj`` as a pickle record (protocol 5): ``[pickle bytes, [[buffer index, nbytes],
+        ...]]``, its buffers of at least ``threshold`` bytes kept out of band like arrays; just
+        the pickle bytes when it has none.
+
+        Besides the pickling, this costs the record (an ``ExtType``) and a search of the pickle
+        for ``__main__`` (benchmarks/pickle_path.py has the figures): no other object is made
+        (out-of-band buffers go straight to ``buffers``), and :meth:`default` has this inline.
+        """
         if not self.allow_pickle:
             raise _Unsupported(obj, what)
-        self._oob = oob = []           # out-of-band buffers of this object (see _keep)
+        buffers = self.buffers
+        first = len(buffers)
         try:
-            data = pickle.dumps(obj, protocol=5, buffer_callback=self._keep)
-            if b"__main__" in data:         # a class of the sender's main script, by reference
+            data = _pickle_dumps(obj, 5, buffer_callback=self._keep)
+            if _refers_to_main(data) is not None:
                 raise pickle.PicklingError("refers to __main__")
         except Exception:
-            del oob[:]
+            del buffers[first:]
             import cloudpickle
             try:
                 data = cloudpickle.dumps(obj, protocol=5, buffer_callback=self._keep)
             except Exception as e:
+                del buffers[first:]
                 raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
                     from None
-        if not oob:
-            return _ext(_EXT_PICKLE_INBAND, data)
-        first = len(self.buffers)
-        self.buffers.extend(oob)
-        return msgpack.ExtType(_EXT_PICKLE, _pack_record(
-            [data, [[first + i, b.nbytes] for i, b in enumerate(oob)]]))
+        if len(buffers) == first:
+            return _tuple_new(_ExtType, (_EXT_PICKLE_INBAND, data))
+        return self._pickle_record(data, first)
+
+    def _pickle_record(self, data, first):
+        """The record of pickle bytes whose out-of-band buffers are ``buffers[first:]``."""
+        buffers = self.buffers
+        return _ext(_EXT_PICKLE, _pack_record(
+            [data, [[i, buffers[i].nbytes] for i in range(first, len(buffers))]]))
 
     def _keep(self, buffer):
-        """pickle's buffer callback: large buffers out of band, small ones inside the pickle."""
+        """pickle's buffer callback: large buffers out of band (appended to ``buffers``), small
+        ones inside the pickle."""
         view = buffer.raw()
         if view.nbytes < self.threshold:
             return True
-        self._oob.append(np.frombuffer(view, np.uint8))
+        self.buffers.append(np.frombuffer(view, np.uint8))
         return False
+
+
+def _encode(obj, buffers, threshold, raw, allow_pickle):
+    """``_Encoder(buffers, threshold, raw, allow_pickle).encode(obj)``, with this thread's encoder
+    and its Packer reused: making them cost 4 times what packing a small datapoint does (the
+    process transport encodes each result on its own). A call made while this thread's encoder is
+    busy (a ``__reduce__`` that encodes, run by the pickle fallback) gets a fresh one."""
+    enc = getattr(_local, "encoder", None)
+    if enc is None:
+        enc = _local.encoder = _Encoder(None, threshold)
+        enc.packer = msgpack.Packer(default=enc.default, strict_types=True, use_bin_type=True)
+    elif enc.buffers is not None:
+        return _Encoder(buffers, threshold, raw, allow_pickle).encode(obj)
+    enc.buffers, enc.threshold, enc.raw, enc.allow_pickle = buffers, threshold, raw, allow_pickle
+    try:
+        return enc.encode(obj)
+    finally:
+        enc.buffers = None
 
 
 class _Decoder:
@@ -320,7 +379,8 @@ class _Decoder:
 
     def decode(self, header):
         try:
-            return self.unpack(header)
+            # (self.unpack inline: this runs once per datapoint of the process transport)
+            return _unpackb(header, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
         except MemoryError:
             raise
         except Exception as exc:
@@ -330,6 +390,10 @@ class _Decoder:
         return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
 
     def ext_hook(self, code, data):
+        if code == _EXT_PICKLE_INBAND:      # first: this path should cost little beyond loads
+            if not self.allow_pickle:
+                raise ValueError("pickled data, which only allow_pickle=True may decode")
+            return _pickle_loads(data)
         if code == _EXT_ARRAY:
             dtype, shape, fortran, where = msgpack.unpackb(data, raw=False)
             dtype = _dtype_of(dtype) if type(dtype) is str else _struct_dtype(dtype)
@@ -361,10 +425,6 @@ class _Decoder:
             return np.frombuffer(raw, dtype)[0]
         if code == _EXT_COMPLEX:
             return complex(*struct.unpack("<dd", data))
-        if code == _EXT_PICKLE_INBAND:
-            if not self.allow_pickle:
-                raise ValueError("pickled data, which only allow_pickle=True may decode")
-            return pickle.loads(data)
         if code == _EXT_PICKLE:
             if not self.allow_pickle:
                 raise ValueError("pickled data, which only allow_pickle=True may decode")
@@ -375,7 +435,7 @@ class _Decoder:
                 if b.size < nbytes:
                     raise ValueError(f"buffer {i} has {b.size} bytes, the pickle needs {nbytes}")
                 buffers.append(b[:nbytes])
-            return pickle.loads(data, buffers=buffers)
+            return _pickle_loads(data, buffers=buffers)
         raise ValueError(f"unknown ext type {code}")
 
 
@@ -412,7 +472,7 @@ def dumps(obj, *, allow_pickle=False):
     if an immutable value is needed.  Raises ``TypeError`` for unsupported values.
     """
     arrays = []
-    header = _Encoder(arrays, 0, raw=True, allow_pickle=allow_pickle).encode(obj)
+    header = _encode(obj, arrays, 0, True, allow_pickle)
     start = _PREFIX.size + 8 * len(arrays)
     offsets = []
     end = start + len(header)
@@ -465,7 +525,7 @@ def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=Fal
     Indices are positions in ``buffers``, so several calls may append to one list; on error
     nothing is appended.  Raises ``TypeError`` for unsupported values.
     """
-    return _Encoder(buffers, threshold, allow_pickle=allow_pickle).encode(obj)
+    return _encode(obj, buffers, threshold, False, allow_pickle)
 
 
 def loads_oob(header, buffers, *, allow_pickle=False):
@@ -479,6 +539,13 @@ def loads_oob(header, buffers, *, allow_pickle=False):
     Arrays stored in the header come back as owned, writable copies.  Raises ``ValueError``
     if the header is malformed or a buffer is missing or too short.
     """
+    return loader_oob(buffers, allow_pickle=allow_pickle)(header)
+
+
+def loader_oob(buffers, *, allow_pickle=False):   # for the process transport; not in __all__
+    """A function ``header -> object`` that is ``loads_oob(header, buffers, allow_pickle=...)``
+    for every header whose out-of-band buffers are in ``buffers`` (the datapoints of one
+    message share them): the set-up is paid once, not per header."""
     def resolve(i):
         b = buffers[i]
         if not isinstance(b, np.ndarray):
@@ -490,4 +557,4 @@ def loads_oob(header, buffers, *, allow_pickle=False):
             flat = flat.reshape(-1).view(np.uint8)
         return flat
 
-    return _Decoder(resolve, allow_pickle).decode(header)
+    return _Decoder(resolve, allow_pickle).decode

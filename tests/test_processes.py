@@ -1210,3 +1210,26 @@ def test_max_restarts_is_checked_at_construction():
 
 def _identity(dp):
     return dp
+
+
+def test_worker_streams_of_a_datapoint_are_those_of_a_serial_map(seed_reset):
+    # run_chunk keys the streams with a cursor advanced in place: each datapoint still gets the
+    # (pass, index) streams a serial MapData gives it, both APIs, several calls continuing one
+    from dataflow import rng
+
+    def f(dp):
+        g, rs = rng.datapoint_rng(), rng.datapoint_random_state()
+        return [dp[0], int(g.integers(1 << 30)), int(g.integers(1 << 30)),
+                int(rs.randint(1 << 30)), int(rs.randint(1 << 30))]
+
+    src = [[i] for i in range(40)]
+    D.set_seed(7)
+    serial = sorted(D.MapData(D.DataFromList(src, shuffle=False), f).get_data())
+    D.set_seed(7)
+    parallel = D.MultiProcessMapData(D.DataFromList(src, shuffle=False), 2, f, strict=True)
+    try:
+        got = sorted(parallel)
+    finally:
+        parallel.close()
+    assert got == serial
+    assert len({tuple(r[1:]) for r in got}) == len(src), "each datapoint has its own streams"

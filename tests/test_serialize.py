@@ -574,3 +574,72 @@ def test_thread_safety():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+# ---------------------------------------------------------------- the reused encoder
+# dumps/dumps_oob reuse one encoder (and msgpack Packer) per thread.
+
+class _EncodesWhenPickled:
+    """Pickling it encodes its content with this codec, on the same thread, while the outer
+    encoding is under way (the thread's encoder is busy then)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __reduce__(self):
+        return _rebuild_encoded, (bytes(serialize.dumps(self.inner, allow_pickle=True)),)
+
+    def __eq__(self, other):
+        return type(other) is _EncodesWhenPickled and _same(self.inner, other.inner)
+
+
+def _rebuild_encoded(data):
+    return _EncodesWhenPickled(serialize.loads(data, allow_pickle=True))
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return type(b) is np.ndarray and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+def test_an_encoding_inside_an_encoding_keeps_both_apart():
+    big = np.arange(5000, dtype=np.float64)               # 40 KB: out of band
+    inner = (1, {2, 3}, np.ones(3000), ("x", (4,)))
+    buffers = []
+    header = serialize.dumps_oob([big, _EncodesWhenPickled(inner), (5, 6)], buffers,
+                                 allow_pickle=True)
+    assert len(buffers) == 1 and buffers[0].nbytes == big.nbytes
+    out = serialize.loads_oob(header, buffers, allow_pickle=True)
+    assert _same(out[0], big) and out[1] == _EncodesWhenPickled(inner) and out[2] == (5, 6)
+
+
+def test_a_failed_encoding_leaves_the_next_one_intact():
+    for _ in range(3):
+        buffers = [b"kept"]
+        with pytest.raises(TypeError, match="'set' at \\[1\\]\\[0\\]"):
+            serialize.dumps_oob([np.zeros(5000), ({1},)], buffers)
+        assert buffers == [b"kept"]
+        header = serialize.dumps_oob([7, (8, [9]), np.zeros(5000)], buffers)
+        out = serialize.loads_oob(header, buffers)
+        assert out[:2] == [7, (8, [9])] and _same(out[2], np.zeros(5000))
+
+
+def test_threads_encode_at_once_without_mixing():
+    def work(k, results):
+        for i in range(300):
+            value = [k, i, (k, {"i": i}), np.full(3000 + k, i, np.int64)]
+            buffers = []
+            header = serialize.dumps_oob(value, buffers, allow_pickle=True)
+            if not _same(serialize.loads_oob(header, buffers, allow_pickle=True), value):
+                results.append((k, i))
+
+    bad = []
+    threads = [threading.Thread(target=work, args=(k, bad)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

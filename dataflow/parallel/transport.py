@@ -338,11 +338,11 @@ def decode_results(frame, reader):
             _, busy, new, descs, out = msg
             if new:
                 reader.add(new)
-            buffers = reader.buffers(descs) if descs else []
+            load = serialize.loader_oob(reader.buffers(descs) if descs else [], allow_pickle=True)
             results = []
             for seq, kind, payload in out:
                 if kind == OK:
-                    payload = serialize.loads_oob(payload, buffers, allow_pickle=True)
+                    payload = load(payload)
                 elif kind == ERR:
                     payload = unpickle_error(payload)
                 results.append((seq, kind, payload))
