@@ -337,7 +337,7 @@ class ParallelMapData(ProxyDataFlow):
         st.expect = first
         before = 0                     # results of this pass handed over before a resume
         policy = self._policy = _ErrorPolicy(
-            self, self._source_len(), lambda: before + st.lo - first + len(st.done))
+            self, self._source_len(), lambda: before + self._handed_since(first))
         source, index, exhausted = self._begin_run(first), 0, False
         if self._resume is not None:
             r, self._resume = self._resume, None
@@ -489,6 +489,12 @@ class ParallelMapData(ProxyDataFlow):
             while lo in st.skip_send:
                 lo += 1
         return lo
+
+    def _handed_since(self, first):
+        """Results of seqs from ``first`` on handed over so far (asked only when an error is
+        counted against a fraction of a pass of unknown length)."""
+        lo = self._watermark()
+        return lo - first + len(self._done_after(lo))
 
     def _done_after(self, lo):
         """The seqs above ``lo`` handed over already (an unordered map has them)."""
