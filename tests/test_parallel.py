@@ -283,6 +283,13 @@ def next_in_thread(it):
     return t, outcome
 
 
+# close() must not wait for a map call in progress (a gate never opened, or `sleepy`'s 30 s) nor
+# for a full buffer to drain. A bound of a second tells that apart even when CI runs several suites
+# on 2 cores at once (one close took 109 ms there); how long close() takes is measured by the
+# benchmarks' teardown column, not here.
+PROMPT = 1.0
+
+
 def test_close_is_prompt_with_threads_mid_task():
     gate = Gate()
     df = D.MultiThreadMapData(Numbers(10), 2, gate, strict=True)
@@ -293,7 +300,7 @@ def test_close_is_prompt_with_threads_mid_task():
     workers = [t for t in threading.enumerate() if t.name.startswith("dataflow-worker")]
     t0 = time.perf_counter()
     df.close()
-    assert time.perf_counter() - t0 < 0.1
+    assert time.perf_counter() - t0 < PROMPT
     gate.open.set()
     for t in workers + [waiter]:
         t.join(10)
@@ -315,7 +322,7 @@ def test_close_is_prompt_with_processes_mid_task():
     assert t.is_alive()
     t0 = time.perf_counter()
     df.close()
-    assert time.perf_counter() - t0 < 0.1
+    assert time.perf_counter() - t0 < PROMPT
     t.join(10)
     assert not t.is_alive()
     assert isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
@@ -328,7 +335,7 @@ def test_close_is_prompt_with_a_full_buffer(make):
     next(it)                 # the workers now fill the buffer and wait for the consumer
     t0 = time.perf_counter()
     df.close()
-    assert time.perf_counter() - t0 < 0.1
+    assert time.perf_counter() - t0 < PROMPT
     del it
 
 
