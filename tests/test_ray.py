@@ -579,3 +579,36 @@ def test_state_of_a_thread_map_resumes_on_ray(ray_session):
     df.close()
     D.set_seed(None)
     assert got == ref
+
+
+@pytest.mark.timeout(120)
+def test_state_of_process_copies_resumes_in_ray_actors_and_back(ray_session):
+    """A state of process copies (a runner) loads into as many Ray actors, each copy continuing
+    its own stream, and back; a RayRunner with another number of copies refuses it."""
+    from tests import test_checkpoint_runners as ckr
+    _, made = ckr.uninterrupted("processes", 4)
+    D.set_seed(ckr.SEED)
+    df = ckr.build("processes")
+    df.reset_state()
+    got, p = ckr.take(df, 27, 3)
+    state = ckr.through_json(df.state_dict())
+    df.close()
+    D.set_seed(ckr.SEED)
+    with RayRunner(ckr.copy_df(True), 2, num_prefetch=4) as r:
+        r.load_state_dict(state)
+        r.reset_state()
+        more, q = ckr.take(r, 19, 3 - p)     # finishes pass 1, then 6 of pass 2
+        got += more
+        state = ckr.through_json(r.state_dict())
+    with pytest.raises(ValueError, match="num_workers=2.*num_workers=3"):
+        RayRunner(ckr.copy_df(True), 3).load_state_dict(state)
+    D.set_seed(ckr.SEED)
+    df = ckr.build("processes")
+    df.load_state_dict(state)
+    df.reset_state()
+    try:
+        got += [dp for _ in range(p + q, 3) for dp in df]
+    finally:
+        df.close()
+    assert len(got) == 3 * ckr.N
+    ckr.check_copies(got, made)
