@@ -397,8 +397,20 @@ class RayExecutor(Executor):
             done, _ = ray.wait(list(self._pending), num_returns=1, timeout=wait)
             for ref in done:
                 if ref in self._pending:
-                    self._collect(ref)
+                    self._collect_through(ref)
         return self._ready.popleft()
+
+    def _collect_through(self, ref):
+        """Collect the chunk of ``ref`` and, before it, the chunks sent earlier to the same
+        actor. An actor runs its chunks in order, so those are finished too, but ``ray.wait``
+        may report a later one first; taking them in order hands each worker's results to the
+        mapper in the order the worker made them (a runner's copies count on it: its
+        checkpoint records where each copy is by the last datapoint received from it)."""
+        for earlier in list(self._pending[ref].slot.chunks):
+            if earlier in self._pending:        # (a death collects or drops the rest)
+                self._collect(earlier)
+            if earlier == ref:
+                break
 
     def _collect(self, ref):
         ray = self._ray
