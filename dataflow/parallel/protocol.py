@@ -280,9 +280,10 @@ class Executor:
       datapoints are outstanding).
     * ``get(timeout)``: block until some results are back; return ``(results, busy_seconds)``
       as :func:`run_chunk` does. Every submitted item comes back exactly once, in any order and
-      any grouping, unless ``get`` raises (a dead worker, say), or ``TimeoutError`` once a
-      datapoint has been in a worker for ``timeout`` seconds (``None``: wait as long as it
-      takes). Work held longer than ``dataflow.config.hang_timeout()`` is logged as hung.
+      any grouping across workers, but the chunks one worker ran in the order it ran them (the
+      runners' checkpoints count on it), unless ``get`` raises (a dead worker, say), or
+      ``TimeoutError`` once a datapoint has been in a worker for ``timeout`` seconds (``None``:
+      wait as long as it takes). Work held longer than ``dataflow.config.hang_timeout()`` is logged as hung.
     * ``close()``: stop the workers promptly (well under 100 ms) and release everything;
       idempotent, safe to call from a finalizer or at interpreter exit.
 
