@@ -283,7 +283,8 @@ class Executor:
       any grouping across workers, but the chunks one worker ran in the order it ran them (the
       runners' checkpoints count on it), unless ``get`` raises (a dead worker, say), or
       ``TimeoutError`` once a datapoint has been in a worker for ``timeout`` seconds (``None``:
-      wait as long as it takes). Work held longer than ``dataflow.config.hang_timeout()`` is logged as hung.
+      wait as long as it takes). Work held longer than ``dataflow.config.hang_timeout()`` is
+      logged as hung.
     * ``close()``: stop the workers promptly (well under 100 ms) and release everything;
       idempotent, safe to call from a finalizer or at interpreter exit.
 
