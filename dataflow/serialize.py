@@ -67,6 +67,7 @@ _PREFIX = struct.Struct("<4sB3xIQ")
 _EXT_INT, _EXT_TUPLE, _EXT_COMPLEX, _EXT_SCALAR, _EXT_ARRAY = 1, 2, 3, 4, 5
 _EXT_PICKLE = 6             # [pickle bytes, [[buffer index, nbytes], ...]]
 _EXT_PICKLE_INBAND = 7      # the pickle bytes alone (no out-of-band buffer: the common case)
+_EXT_PICKLED_NEXT = 8       # no data: the next of the objects pickled for the whole message
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1   # the range msgpack encodes natively
 _KINDS = frozenset("biufcmMSUV")                  # dtype kinds whose bytes are the values
 _BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
@@ -162,6 +163,9 @@ def _ext(code, data):
     return _tuple_new(_ExtType, (code, data))
 
 
+_PICKLED_NEXT = _ext(_EXT_PICKLED_NEXT, b"")
+
+
 # Types seen so far whose objects the codec does not handle: they go to pickle at once, without
 # the chain of isinstance checks (bounded; a type outside it only takes the long way).
 _PICKLED_TYPES = set()
@@ -213,21 +217,25 @@ class _Encoder:
     handle is pickled (see the module's docstring).
     """
 
-    def __init__(self, buffers, threshold, raw=False, allow_pickle=False):
+    def __init__(self, buffers, threshold, raw=False, allow_pickle=False, to_pickle=None):
         self.buffers = buffers
         self.threshold = threshold
         self.raw = raw
         self.allow_pickle = allow_pickle
+        self.to_pickle = to_pickle  # a list: what needs pickle is appended, not pickled here
         self.packer = None          # a Packer kept for reuse (see _encode); None while it packs
 
     def encode(self, obj):
         mark = len(self.buffers)
+        mark_pickle = len(self.to_pickle) if self.to_pickle is not None else 0
         try:
             if type(obj) is np.ndarray:     # a bare array, common enough to skip the hook
                 return _pack_record(self.array(obj))
             return self.pack(obj)
         except BaseException as exc:
             del self.buffers[mark:]
+            if self.to_pickle is not None:
+                del self.to_pickle[mark_pickle:]
             if isinstance(exc, _Unsupported):
                 raise TypeError(f"cannot serialize {exc.what} at {_locate(obj, exc.obj)}"
                                 f"{exc.reason}") from None
@@ -247,6 +255,9 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             return self.array(obj)
         if type(obj) in _PICKLED_TYPES:
+            if self.to_pickle is not None:  # (self.pickled(obj)'s first branch, inline)
+                self.to_pickle.append(obj)
+                return _PICKLED_NEXT
             if self.allow_pickle:
                 # pickled(obj) inline for plain pickle's success: the call alone cost a sixth
                 # of pickling a small set
@@ -309,7 +320,8 @@ class _Encoder:
     def pickled(self, obj, what=None):
         """``obj`` as a pickle record (protocol 5): ``[pickle bytes, [[buffer index, nbytes],
         ...]]``, its buffers of at least ``threshold`` bytes kept out of band like arrays; just
-        the pickle bytes when it has none.
+        the pickle bytes when it has none. With ``to_pickle``, ``obj`` is appended to it instead
+        and the record says only "the next pickled object" (see :func:`dumps_oob`).
 
         Besides the pickling, this costs the record (an ``ExtType``) and a search of the pickle
         for ``__main__`` (benchmarks/pickle_path.py has the figures): no other object is made
@@ -317,24 +329,39 @@ class _Encoder:
         """
         if not self.allow_pickle:
             raise _Unsupported(obj, what)
+        if self.to_pickle is not None:
+            self.to_pickle.append(obj)
+            return _PICKLED_NEXT
+        first = len(self.buffers)
+        try:
+            data = self.dumps(obj)
+        except Exception as e:
+            raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
+                from None
+        if len(self.buffers) == first:
+            return _tuple_new(_ExtType, (_EXT_PICKLE_INBAND, data))
+        return self._pickle_record(data, first)
+
+    def dumps(self, obj):
+        """The pickle (protocol 5) of ``obj``, its large buffers appended to ``buffers``; by
+        cloudpickle when plain pickle fails or the pickle names ``__main__`` (which a spawned
+        process does not have). On failure nothing is appended and cloudpickle's error is
+        raised."""
         buffers = self.buffers
         first = len(buffers)
         try:
             data = _pickle_dumps(obj, 5, buffer_callback=self._keep)
-            if _refers_to_main(data) is not None:
-                raise pickle.PicklingError("refers to __main__")
+            if _refers_to_main(data) is None:
+                return data
         except Exception:
+            pass
+        del buffers[first:]
+        import cloudpickle
+        try:
+            return cloudpickle.dumps(obj, protocol=5, buffer_callback=self._keep)
+        except BaseException:
             del buffers[first:]
-            import cloudpickle
-            try:
-                data = cloudpickle.dumps(obj, protocol=5, buffer_callback=self._keep)
-            except Exception as e:
-                del buffers[first:]
-                raise _Unsupported(obj, what, f" (it does not pickle: {type(e).__name__}: {e})") \
-                    from None
-        if len(buffers) == first:
-            return _tuple_new(_ExtType, (_EXT_PICKLE_INBAND, data))
-        return self._pickle_record(data, first)
+            raise
 
     def _pickle_record(self, data, first):
         """The record of pickle bytes whose out-of-band buffers are ``buffers[first:]``."""
@@ -352,30 +379,35 @@ class _Encoder:
         return False
 
 
-def _encode(obj, buffers, threshold, raw, allow_pickle):
-    """``_Encoder(buffers, threshold, raw, allow_pickle).encode(obj)``, with this thread's encoder
-    and its Packer reused: making them cost 4 times what packing a small datapoint does (the
-    process transport encodes each result on its own). A call made while this thread's encoder is
-    busy (a ``__reduce__`` that encodes, run by the pickle fallback) gets a fresh one."""
+def _encode(obj, buffers, threshold, raw, allow_pickle, to_pickle=None):
+    """``_Encoder(buffers, threshold, raw, allow_pickle, to_pickle).encode(obj)``, with this
+    thread's encoder and its Packer reused: making them cost 4 times what packing a small
+    datapoint does (the process transport encodes each result on its own). A call made while this
+    thread's encoder is busy (a ``__reduce__`` that encodes, run by the pickle fallback) gets a
+    fresh one."""
     enc = getattr(_local, "encoder", None)
     if enc is None:
         enc = _local.encoder = _Encoder(None, threshold)
         enc.packer = msgpack.Packer(default=enc.default, strict_types=True, use_bin_type=True)
     elif enc.buffers is not None:
-        return _Encoder(buffers, threshold, raw, allow_pickle).encode(obj)
-    enc.buffers, enc.threshold, enc.raw, enc.allow_pickle = buffers, threshold, raw, allow_pickle
+        return _Encoder(buffers, threshold, raw, allow_pickle, to_pickle).encode(obj)
+    enc.buffers, enc.threshold, enc.raw = buffers, threshold, raw
+    enc.allow_pickle, enc.to_pickle = allow_pickle, to_pickle
     try:
         return enc.encode(obj)
     finally:
-        enc.buffers = None
+        enc.buffers = enc.to_pickle = None
 
 
 class _Decoder:
-    """Unpacks one header; ``resolve(i)`` gives out-of-band buffer ``i`` as a 1-D uint8 array."""
+    """Unpacks one header; ``resolve(i)`` gives out-of-band buffer ``i`` as a 1-D uint8 array.
+    ``pickled`` is an iterator over the objects pickled for the whole message (see
+    :func:`dumps_oob`'s ``to_pickle``), which its records take in order."""
 
-    def __init__(self, resolve, allow_pickle=False):
+    def __init__(self, resolve, allow_pickle=False, pickled=None):
         self.resolve = resolve
         self.allow_pickle = allow_pickle
+        self.pickled = pickled
 
     def decode(self, header):
         try:
@@ -390,6 +422,12 @@ class _Decoder:
         return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False)
 
     def ext_hook(self, code, data):
+        if code == _EXT_PICKLED_NEXT:       # first: this should cost little beyond its pickle
+            try:
+                return next(self.pickled)
+            except (TypeError, StopIteration):          # (TypeError: none given)
+                raise ValueError("a record of an object pickled for the whole message, which "
+                                 "does not carry that many") from None
         if code == _EXT_PICKLE_INBAND:      # first: this path should cost little beyond loads
             if not self.allow_pickle:
                 raise ValueError("pickled data, which only allow_pickle=True may decode")
@@ -426,17 +464,21 @@ class _Decoder:
         if code == _EXT_COMPLEX:
             return complex(*struct.unpack("<dd", data))
         if code == _EXT_PICKLE:
-            if not self.allow_pickle:
-                raise ValueError("pickled data, which only allow_pickle=True may decode")
-            data, oob = msgpack.unpackb(data, raw=False)
-            buffers = []
-            for i, nbytes in oob:
-                b = self.resolve(i)
-                if b.size < nbytes:
-                    raise ValueError(f"buffer {i} has {b.size} bytes, the pickle needs {nbytes}")
-                buffers.append(b[:nbytes])
-            return _pickle_loads(data, buffers=buffers)
+            return self.unpickle(msgpack.unpackb(data, raw=False))
         raise ValueError(f"unknown ext type {code}")
+
+    def unpickle(self, record):
+        """The object of a pickle record ``[pickle bytes, [[buffer index, nbytes], ...]]``."""
+        if not self.allow_pickle:
+            raise ValueError("pickled data, which only allow_pickle=True may decode")
+        data, oob = record
+        buffers = []
+        for i, nbytes in oob:
+            b = self.resolve(i)
+            if b.size < nbytes:
+                raise ValueError(f"buffer {i} has {b.size} bytes, the pickle needs {nbytes}")
+            buffers.append(b[:nbytes])
+        return _pickle_loads(data, buffers=buffers)
 
 
 def _locate(root, target):
@@ -515,7 +557,8 @@ def loads(buf, *, allow_pickle=False):
     return _Decoder(lambda i: flat[offsets[i]:], allow_pickle).decode(flat[start:start + length])
 
 
-def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=False):
+def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=False,
+              to_pickle=None):
     """Encode ``obj`` into a msgpack header, keeping large arrays out of band.
 
     Every array of at least ``threshold`` bytes is not copied into the header: a 1-D uint8
@@ -524,11 +567,37 @@ def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=Fal
     other arrays are made contiguous by one copy.  Smaller arrays are copied into the header.
     Indices are positions in ``buffers``, so several calls may append to one list; on error
     nothing is appended.  Raises ``TypeError`` for unsupported values.
+
+    ``to_pickle`` (a list; needs ``allow_pickle``) defers the pickling: each object that needs
+    pickle is appended to it and the header records only its turn. Several headers may share
+    one list; :func:`pickle_objects` then pickles them all at once (pickle's own cost per call is
+    then paid once, not per object, and an object that does not pickle shows only there), and
+    ``loads_oob``/``loader_oob`` take that record as ``pickled``, decoding those headers in the
+    order they were made.
     """
-    return _encode(obj, buffers, threshold, False, allow_pickle)
+    if to_pickle is not None and not allow_pickle:
+        raise ValueError("to_pickle needs allow_pickle=True")
+    return _encode(obj, buffers, threshold, False, allow_pickle, to_pickle)
 
 
-def loads_oob(header, buffers, *, allow_pickle=False):
+def pickle_objects(objects, buffers, threshold=DEFAULT_OOB_THRESHOLD):
+    """The record that carries ``objects`` (a list :func:`dumps_oob` filled as ``to_pickle``):
+    ``[pickle bytes, [[buffer index, nbytes], ...]]``, one pickle (protocol 5; cloudpickle where
+    pickle cannot, see the module's docstring) of them all, their buffers of at least
+    ``threshold`` bytes appended to ``buffers`` like arrays. Raises ``TypeError`` when they do
+    not pickle, appending nothing; encoding the headers again without ``to_pickle`` then names
+    the object at fault and where it is."""
+    enc = _Encoder(buffers, threshold, allow_pickle=True)
+    first = len(buffers)
+    try:
+        data = enc.dumps(objects)
+    except Exception as e:
+        raise TypeError(f"the objects to pickle do not pickle: {type(e).__name__}: {e}") \
+            from None
+    return [data, [[i, buffers[i].nbytes] for i in range(first, len(buffers))]]
+
+
+def loads_oob(header, buffers, *, allow_pickle=False, pickled=None):
     """Decode a header made by :func:`dumps_oob`; ``buffers[i]`` holds out-of-band buffer ``i``.
 
     A buffer may be any buffer-protocol object with at least the recorded number of bytes.
@@ -536,16 +605,19 @@ def loads_oob(header, buffers, *, allow_pickle=False):
     ``buffers[i]`` is a contiguous ``np.ndarray`` (of any subclass) the array is made from
     that very object by numpy view operations, so the ``.base`` chain of the array, and of any
     view of it, keeps that object alive; other buffers are wrapped with ``np.frombuffer``.
-    Arrays stored in the header come back as owned, writable copies.  Raises ``ValueError``
-    if the header is malformed or a buffer is missing or too short.
+    Arrays stored in the header come back as owned, writable copies.  ``pickled`` is the
+    record of :func:`pickle_objects` for a header made with ``to_pickle``.  Raises
+    ``ValueError`` if the header is malformed or a buffer is missing or too short.
     """
-    return loader_oob(buffers, allow_pickle=allow_pickle)(header)
+    return loader_oob(buffers, allow_pickle=allow_pickle, pickled=pickled)(header)
 
 
-def loader_oob(buffers, *, allow_pickle=False):   # for the process transport; not in __all__
+def loader_oob(buffers, *, allow_pickle=False, pickled=None):  # for the process transport
     """A function ``header -> object`` that is ``loads_oob(header, buffers, allow_pickle=...)``
     for every header whose out-of-band buffers are in ``buffers`` (the datapoints of one
-    message share them): the set-up is paid once, not per header."""
+    message share them): the set-up is paid once, not per header. With ``pickled`` (the
+    record of :func:`pickle_objects`), the headers made with that ``to_pickle`` list must be
+    decoded in the order they were made. Raises ``ValueError`` for a malformed record."""
     def resolve(i):
         b = buffers[i]
         if not isinstance(b, np.ndarray):
@@ -557,4 +629,15 @@ def loader_oob(buffers, *, allow_pickle=False):   # for the process transport; n
             flat = flat.reshape(-1).view(np.uint8)
         return flat
 
-    return _Decoder(resolve, allow_pickle).decode
+    decoder = _Decoder(resolve, allow_pickle)
+    if pickled is not None:
+        try:
+            objects = decoder.unpickle(pickled)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            raise ValueError(f"malformed dataflow.serialize pickle record: {exc}") from exc
+        if type(objects) is not list:
+            raise ValueError("malformed dataflow.serialize pickle record: not a list")
+        decoder.pickled = iter(objects)
+    return decoder.decode

@@ -155,6 +155,62 @@ def test_every_value_round_trips_through_the_codec():
     assert_values(serialize.loads_oob(header, buffers, allow_pickle=True), 5)
 
 
+def test_a_message_pickles_its_objects_once():
+    """With ``to_pickle`` the headers only mark where each object goes; one pickle carries them
+    all, its large buffers out of band, and headers decoded in order get them back."""
+    objects, buffers = [], []
+    dps = [[i, {"tags": {i, "s"}}, Point(i, np.full(BIG, i, np.int32)), (i, fractions.Fraction(i, 3))]
+           for i in range(5)]
+    headers = [serialize.dumps_oob(dp, buffers, allow_pickle=True, to_pickle=objects)
+               for dp in dps]
+    assert len(objects) == 15 and objects[0] is dps[0][1]["tags"] and buffers == []
+    assert all(len(h) < 32 for h in headers)                # no pickle in the headers
+    pickled = serialize.pickle_objects(objects, buffers)
+    assert len(buffers) == 5 and np.shares_memory(buffers[0], dps[0][2].data)
+    load = serialize.loader_oob(buffers, allow_pickle=True, pickled=pickled)
+    for dp, header in zip(dps, headers):
+        got = load(header)
+        assert got[:2] == dp[:2] and got[3] == dp[3] and type(got[3]) is tuple
+        assert got[2].x == dp[2].x and np.array_equal(got[2].data, dp[2].data)
+    with pytest.raises(ValueError, match="does not carry that many"):
+        load(headers[0])                                    # all five taken already
+    with pytest.raises(ValueError, match="does not carry that many"):
+        serialize.loads_oob(headers[0], buffers, allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        serialize.loader_oob(buffers, pickled=pickled)
+    with pytest.raises(ValueError, match="malformed"):
+        serialize.loader_oob(buffers, allow_pickle=True, pickled=[b"not a pickle", []])
+    with pytest.raises(ValueError, match="allow_pickle"):
+        serialize.dumps_oob([{1}], [], to_pickle=[])
+
+
+def test_objects_that_do_not_pickle_together_leave_nothing_behind():
+    objects, buffers = [], []
+    serialize.dumps_oob([{1}, Point(0, np.zeros(BIG, np.int32)), (x for x in [])], buffers,
+                        allow_pickle=True, to_pickle=objects)
+    assert len(objects) == 3
+    with pytest.raises(TypeError, match="do not pickle.*generator"):
+        serialize.pickle_objects(objects, buffers)
+    assert buffers == []
+    # a datapoint that fails to encode takes its objects back out of the list
+    class BadTuple(tuple):
+        def __iter__(self):
+            raise RuntimeError("no items")
+    objects = [7]
+    with pytest.raises(RuntimeError, match="no items"):
+        serialize.dumps_oob([{2}, BadTuple((1,))], buffers, allow_pickle=True, to_pickle=objects)
+    assert objects == [7] and buffers == []
+
+
+def test_a_task_message_carries_one_pickle():
+    items = [(i, 10 + i, [i, {i}, fractions.Fraction(1, i + 1)]) for i in range(4)]
+    frames = transport.encode_task(0, items, [])
+    msg = msgpack.unpackb(frames[0], raw=False)
+    assert msg[0] == transport.TASK and len(msg[4]) == 2 and len(msg[4][0]) > 0
+    kind, _, run, got = transport.decode_task(frames)
+    assert kind == transport.TASK and got == [list(it) for it in items]
+
+
 def test_unpicklable_value_names_itself_and_the_datapoint():
     with pytest.raises(TypeError, match="cannot serialize object of type 'generator' at \\[1\\]"):
         transport.encode_task(0, [(0, 7, [1, (x for x in [])])], [])

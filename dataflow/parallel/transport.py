@@ -19,16 +19,22 @@ A malformed message is logged and dropped on either side (:class:`MalformedMessa
 
 Messages are multipart; the first frame is a msgpack list whose first element says what it is:
 
-* consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header]`` + array frames, where the
-  chunk ``[[seq, index, datapoint], ...]`` is encoded with :func:`dataflow.serialize.dumps_oob`
-  (large arrays travel as extra frames; with ``allow_pickle``, since both ends are private, see
-  above); ``[RELEASE, released_segment_ids]`` when segments come free and no task is going that
-  way; ``[STOP]``.
+* consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header, pickled]`` + array
+  frames, where the chunk ``[[seq, index, datapoint], ...]`` is encoded with
+  :func:`dataflow.serialize.dumps_oob` (large arrays travel as extra frames; with
+  ``allow_pickle``, since both ends are private, see above); ``[RELEASE, released_segment_ids]``
+  when segments come free and no task is going that way; ``[STOP]``.
 * worker -> consumer: ``[HELLO]`` once connected; ``[RESULTS, busy_seconds, new_segments,
-  buffer_descs, results]`` where each result is ``[seq, kind, payload]``: the datapoint's header
-  (its arrays are the shared-memory buffers ``buffer_descs`` point to, see :mod:`.shm`), a pickled
-  :class:`~.protocol.WorkerError`, or
-  nothing for a dropped datapoint; ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
+  buffer_descs, results, pickled]`` where each result is ``[seq, kind, payload]``: the
+  datapoint's header (its arrays are the shared-memory buffers ``buffer_descs`` point to, see
+  :mod:`.shm`), a pickled :class:`~.protocol.WorkerError`, or nothing for a dropped datapoint;
+  ``[FAILED, pickled WorkerError]`` when the worker cannot go on.
+
+``pickled`` is None, or the one pickle of every object the message's datapoints hand to pickle
+(:func:`dataflow.serialize.pickle_objects`; their headers say only where each goes): pickling a
+set or a dataclass one by one cost several times what pickling it does, and pickle's own set-up
+is now paid once per message. When that pickle fails, the datapoints are encoded again one by
+one, so that the one at fault is named.
 """
 import hmac
 import logging
@@ -216,10 +222,11 @@ def _unpack(frame):
 
 def encode_task(run, items, released):
     """Frames of a task message. Raises ``TypeError`` naming the datapoint that cannot be sent."""
-    frames = []
+    frames, to_pickle = [], []
     try:
         header = serialize.dumps_oob([list(it) for it in items], frames, INLINE_LIMIT,
-                                     allow_pickle=True)
+                                     allow_pickle=True, to_pickle=to_pickle)
+        pickled = serialize.pickle_objects(to_pickle, frames, INLINE_LIMIT) if to_pickle else None
     except TypeError:
         for _, index, dp in items:      # find the culprit for a clear message
             try:
@@ -228,7 +235,7 @@ def encode_task(run, items, released):
                 raise TypeError(f"datapoint #{index} of the source cannot be sent to a worker "
                                 f"process: {e}") from None
         raise
-    return [_pack([TASK, released, run, header])] + frames
+    return [_pack([TASK, released, run, header, pickled])] + frames
 
 
 def encode_release(released):
@@ -248,7 +255,7 @@ def decode_task(frames):
         if msg[0] != TASK:
             raise ValueError(f"unknown message kind {msg[0]!r}")
         buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
-        items = serialize.loads_oob(msg[3], buffers, allow_pickle=True)
+        items = serialize.loads_oob(msg[3], buffers, allow_pickle=True, pickled=msg[4])
         return TASK, list(msg[1]), msg[2], items
     except Exception as e:
         raise MalformedMessage(f"malformed message from the consumer: {type(e).__name__}: {e}") \
@@ -266,6 +273,44 @@ def unpickle_error(data):
     return WorkerError(unpack_exception(exc), tb, where, fatal)
 
 
+class _Message:
+    """One results message being encoded: its results, their out-of-band buffers and the objects
+    they hand to pickle, and the values behind them (kept until the message is finished, should
+    those objects not pickle)."""
+
+    def __init__(self):
+        self.out, self.buffers, self.to_pickle, self.values, self.nbytes = [], [], [], {}, 0
+
+
+def _encode_value(seq, value, buffers, to_pickle, index, func_desc):
+    """The result ``[seq, OK, header]``, or a fatal ``TypeError`` result naming datapoint
+    ``index`` when ``value`` cannot be sent (nothing is then appended)."""
+    try:
+        return [seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT, allow_pickle=True,
+                                             to_pickle=to_pickle)]
+    except TypeError as e:
+        exc = TypeError(f"{func_desc} returned datapoint #{index} that cannot be sent to the "
+                        f"consumer: {e}")
+        return [seq, ERR, pickle_error(WorkerError(exc, f"TypeError: {exc}\n",
+                                                   f"datapoint #{index}", fatal=True))]
+
+
+def _finish(m, indices, func_desc):
+    """``(results, buffers, pickled)`` of a message: its objects to pickle in one pickle; when
+    that fails, its datapoints encoded again with their objects pickled one by one, so that the
+    one at fault becomes the error that names it."""
+    pickled = None
+    if m.to_pickle:
+        try:
+            pickled = serialize.pickle_objects(m.to_pickle, m.buffers, INLINE_LIMIT)
+        except TypeError:
+            m.buffers.clear()
+            m.out = [_encode_value(r[0], m.values[r[0]], m.buffers, None, indices[r[0]],
+                                   func_desc) if r[1] == OK else r for r in m.out]
+    m.values = m.to_pickle = None
+    return m.out, m.buffers, pickled
+
+
 def encode_results(results, indices, busy, pool, func_desc):
     """The frames of the results messages for one chunk; arrays go into ``pool`` (a
     :class:`~.shm.SegmentPool`). A datapoint whose arrays would take a message past
@@ -278,46 +323,37 @@ def encode_results(results, indices, busy, pool, func_desc):
     (:meth:`~.shm.SegmentPool.place`). A datapoint that cannot be serialised becomes a fatal
     ``TypeError`` naming it."""
     t0 = time.perf_counter()
-    messages = []                  # [results of the message, its out-of-band buffers]
-    out, buffers, nbytes = [], [], 0
+    messages = []                  # (results of the message, its out-of-band buffers, pickled)
+    m = _Message()
     results.reverse()
     while results:
         seq, kind, value = results.pop()
         if kind == OK:
-            n = len(buffers)
-            try:
-                out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
-                                                          allow_pickle=True)])
-            except TypeError as e:
-                del buffers[n:]
-                exc = TypeError(f"{func_desc} returned datapoint #{indices[seq]} that cannot be "
-                                f"sent to the consumer: {e}")
-                out.append([seq, ERR, pickle_error(WorkerError(
-                    exc, f"TypeError: {exc}\n", f"datapoint #{indices[seq]}", fatal=True))])
-            else:
-                size = sum(b.nbytes for b in buffers[n:])
-                if n and nbytes + size > MESSAGE_BYTES:
-                    del buffers[n:]                 # re-encode it as the next message's first
-                    out.pop()
-                    messages.append((out, buffers))
-                    out, buffers, nbytes = [], [], 0
-                    out.append([seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT,
-                                                             allow_pickle=True)])
-                nbytes += size
+            n, p = len(m.buffers), len(m.to_pickle)
+            item = _encode_value(seq, value, m.buffers, m.to_pickle, indices[seq], func_desc)
+            size = sum(b.nbytes for b in m.buffers[n:])
+            if n and m.nbytes + size > MESSAGE_BYTES:
+                del m.buffers[n:], m.to_pickle[p:]  # encode it again as the next message's first
+                messages.append(_finish(m, indices, func_desc))
+                m = _Message()
+                item = _encode_value(seq, value, m.buffers, m.to_pickle, indices[seq], func_desc)
+            m.nbytes += size
+            m.values[seq] = value
         else:
-            out.append([seq, kind, pickle_error(value) if kind == ERR else None])
+            item = [seq, kind, pickle_error(value) if kind == ERR else None]
+        m.out.append(item)
         value = None
-    if out:
-        messages.append((out, buffers))
-    del buffers
-    placed = pool.place([b for _, b in messages]) if any(b for _, b in messages) else None
+    if m.out:
+        messages.append(_finish(m, indices, func_desc))
+    del m
+    placed = pool.place([b for _, b, _ in messages]) if any(b for _, b, _ in messages) else None
     frames = []
-    total = sum(len(out) for out, _ in messages)
+    total = sum(len(out) for out, _, _ in messages)
     per_item = (busy + time.perf_counter() - t0) / max(1, total)
-    for m, (out, _) in enumerate(messages):
+    for i, (out, _, pickled) in enumerate(messages):
         new, pool.new = pool.new, []
-        descs = placed[m] if placed else []
-        frames.append(_pack([RESULTS, per_item * len(out), new, descs, out]))
+        descs = placed[i] if placed else []
+        frames.append(_pack([RESULTS, per_item * len(out), new, descs, out, pickled]))
     return frames
 
 
@@ -335,10 +371,11 @@ def decode_results(frame, reader):
         if msg[0] == FAILED:
             err = unpickle_error(msg[1])
         else:
-            _, busy, new, descs, out = msg
+            _, busy, new, descs, out, pickled = msg
             if new:
                 reader.add(new)
-            load = serialize.loader_oob(reader.buffers(descs) if descs else [], allow_pickle=True)
+            load = serialize.loader_oob(reader.buffers(descs) if descs else [], allow_pickle=True,
+                                        pickled=pickled)
             results = []
             for seq, kind, payload in out:
                 if kind == OK:
