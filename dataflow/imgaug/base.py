@@ -81,6 +81,37 @@ def check_dtype(img):
             f"(shape {img.shape}); convert it first, e.g. img.astype(np.float32)")
 
 
+_RandomState = np.random.RandomState
+_MT19937 = np.random.MT19937
+
+
+def randint(rng, low, high=None):
+    """``int(rng.randint(low, high))`` (``[0, low)`` when ``high`` is None): the same value
+    from the same draws of ``rng``'s stream, so the stream continues identically.
+
+    For numpy's default ``RandomState`` (an MT19937 generator, what an augmentor's own stream
+    outside a map is) and a range of at most 2**32 values, the draw is made here: ``randint``
+    takes a 32-bit word, masks it to the bit length of the range and draws again while the
+    result falls outside (numpy's frozen legacy algorithm), and ``MT19937.random_raw()``
+    returns exactly that word, in a tenth of the time ``randint``'s argument handling takes.
+    Any other generator, or other arguments, go to ``rng.randint`` itself (the errors are
+    its own)."""
+    if high is None:
+        low, high = 0, low
+    if type(rng) is _RandomState and type(low) is int and type(high) is int:
+        span = high - 1 - low                   # the largest offset from low
+        if 0 < span <= 0xFFFFFFFF:
+            bg = rng._bit_generator
+            if type(bg) is _MT19937:
+                mask = (1 << span.bit_length()) - 1
+                raw = bg.random_raw
+                v = raw() & mask
+                while v > span:
+                    v = raw() & mask
+                return low + v
+    return int(rng.randint(low, high))
+
+
 def is_native_augmentor(aug):
     """Whether ``aug`` (an :class:`ImageAugmentor`) runs its work in C with the GIL released:
     its class sets ``native = True`` in its own body or was marked with :func:`dataflow.native`;
