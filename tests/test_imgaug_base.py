@@ -9,7 +9,7 @@ import pytest
 
 import dataflow
 from dataflow import DataFromList, MapData, imgaug
-from dataflow.imgaug.base import check_dtype, is_native_augmentor, randint
+from dataflow.imgaug.base import check_dtype, is_native_augmentor, randint, uniform
 from dataflow.imgaug.transform import LazyTransform, NoOpTransform, TransformList
 from dataflow.rng import set_datapoint_key
 
@@ -261,6 +261,31 @@ def test_randint_gives_rng_randints_values_and_leaves_the_stream_where_it_does(a
     want = [int(theirs.randint(*args)) for _ in range(500)]
     assert got == want and all(type(v) is int for v in got)
     assert ours.randint(2**31, size=4).tolist() == theirs.randint(2**31, size=4).tolist()
+
+
+@pytest.mark.parametrize("bitgen", [None, np.random.PCG64])
+@pytest.mark.parametrize("bounds", [(0, 1), (0.6, 1.4), (-0.4, 0.4), (np.float32(0.08), 1.0),
+                                    (-63, 63), (5.0, 5.0), (2.0, 1.0), (-1e300, 1e300)])
+def test_uniform_gives_rng_uniforms_values_and_leaves_the_stream_where_it_does(bounds, bitgen):
+    def make():
+        return np.random.RandomState(11 if bitgen is None else bitgen(11))
+    ours, theirs = make(), make()
+    got = [uniform(ours, *bounds) for _ in range(2000)]
+    want = [theirs.uniform(*bounds) for _ in range(2000)]
+    assert got == want
+    assert ours.randint(2**31, size=4).tolist() == theirs.randint(2**31, size=4).tolist()
+
+
+def test_uniform_raises_what_rng_uniform_raises_and_passes_arrays_through():
+    rs = np.random.RandomState(0)
+    for bounds in [(0, np.inf), (np.nan, 1.0), (-1.7e308, 1.7e308)]:
+        with pytest.raises(OverflowError):
+            rs.uniform(*bounds)
+        with pytest.raises(OverflowError):
+            uniform(rs, *bounds)
+    a, b = np.random.RandomState(3), np.random.RandomState(3)
+    lo, hi = np.array([0.0, 1.0]), np.array([1.0, 3.0])
+    assert np.array_equal(uniform(a, lo, hi), b.uniform(lo, hi))
 
 
 def test_randint_raises_what_rng_randint_raises():
