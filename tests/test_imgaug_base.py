@@ -9,7 +9,7 @@ import pytest
 
 import dataflow
 from dataflow import DataFromList, MapData, imgaug
-from dataflow.imgaug.base import check_dtype, is_native_augmentor
+from dataflow.imgaug.base import check_dtype, is_native_augmentor, randint, uniform
 from dataflow.imgaug.transform import LazyTransform, NoOpTransform, TransformList
 from dataflow.rng import set_datapoint_key
 
@@ -247,6 +247,54 @@ def test_rand_range_gives_float32():
     assert v.dtype == np.float32 and 2.0 <= v < 3.0
     a = aug._rand_range(5.0, size=(4,))
     assert a.dtype == np.float32 and a.shape == (4,) and (a < 5).all() and (a >= 0).all()
+
+
+@pytest.mark.parametrize("bitgen", [None, np.random.PCG64])
+@pytest.mark.parametrize("args", [(351,), (0, 351), (3, 7), (-5, 5), (10, 11), (0, 2),
+                                  (0, 1 << 20), (0, 2**32 - 1), (0, 2**32), (0, 2**32 + 1),
+                                  (0, 2**40), (np.int64(3), 9), (2, np.int32(9))])
+def test_randint_gives_rng_randints_values_and_leaves_the_stream_where_it_does(args, bitgen):
+    def make():
+        return np.random.RandomState(7 if bitgen is None else bitgen(7))
+    ours, theirs = make(), make()
+    got = [randint(ours, *args) for _ in range(500)]
+    want = [int(theirs.randint(*args)) for _ in range(500)]
+    assert got == want and all(type(v) is int for v in got)
+    assert ours.randint(2**31, size=4).tolist() == theirs.randint(2**31, size=4).tolist()
+
+
+@pytest.mark.parametrize("bitgen", [None, np.random.PCG64])
+@pytest.mark.parametrize("bounds", [(0, 1), (0.6, 1.4), (-0.4, 0.4), (np.float32(0.08), 1.0),
+                                    (-63, 63), (5.0, 5.0), (2.0, 1.0), (-1e300, 1e300)])
+def test_uniform_gives_rng_uniforms_values_and_leaves_the_stream_where_it_does(bounds, bitgen):
+    def make():
+        return np.random.RandomState(11 if bitgen is None else bitgen(11))
+    ours, theirs = make(), make()
+    got = [uniform(ours, *bounds) for _ in range(2000)]
+    want = [theirs.uniform(*bounds) for _ in range(2000)]
+    assert got == want
+    assert ours.randint(2**31, size=4).tolist() == theirs.randint(2**31, size=4).tolist()
+
+
+def test_uniform_raises_what_rng_uniform_raises_and_passes_arrays_through():
+    rs = np.random.RandomState(0)
+    for bounds in [(0, np.inf), (np.nan, 1.0), (-1.7e308, 1.7e308)]:
+        with pytest.raises(OverflowError):
+            rs.uniform(*bounds)
+        with pytest.raises(OverflowError):
+            uniform(rs, *bounds)
+    a, b = np.random.RandomState(3), np.random.RandomState(3)
+    lo, hi = np.array([0.0, 1.0]), np.array([1.0, 3.0])
+    assert np.array_equal(uniform(a, lo, hi), b.uniform(lo, hi))
+
+
+def test_randint_raises_what_rng_randint_raises():
+    rs = np.random.RandomState(0)
+    for args in [(5, 5), (5, 3), (0,)]:
+        with pytest.raises(ValueError):
+            rs.randint(*args)
+        with pytest.raises(ValueError):
+            randint(rs, *args)
 
 
 def test_reset_state_with_seed_reproduces_the_stream():

@@ -81,6 +81,74 @@ def check_dtype(img):
             f"(shape {img.shape}); convert it first, e.g. img.astype(np.float32)")
 
 
+_RandomState = np.random.RandomState
+_MT19937 = np.random.MT19937
+
+
+def randint(rng, low, high=None):
+    """``int(rng.randint(low, high))`` (``[0, low)`` when ``high`` is None): the same value
+    from the same draws of ``rng``'s stream, so the stream continues identically.
+
+    For numpy's default ``RandomState`` (an MT19937 generator, what an augmentor's own stream
+    outside a map is) and a range of at most 2**32 values, the draw is made here: ``randint``
+    takes a 32-bit word, masks it to the bit length of the range and draws again while the
+    result falls outside (numpy's frozen legacy algorithm), and ``MT19937.random_raw()``
+    returns exactly that word, in a tenth of the time ``randint``'s argument handling takes.
+    Any other generator, or other arguments, go to ``rng.randint`` itself (the errors are
+    its own)."""
+    if high is None:
+        low, high = 0, low
+    if type(rng) is _RandomState and type(low) is int and type(high) is int:
+        span = high - 1 - low                   # the largest offset from low
+        if 0 < span <= 0xFFFFFFFF:
+            bg = rng._bit_generator
+            if type(bg) is _MT19937:
+                mask = (1 << span.bit_length()) - 1
+                raw = bg.random_raw
+                v = raw() & mask
+                while v > span:
+                    v = raw() & mask
+                return low + v
+    return int(rng.randint(low, high))
+
+
+def _uniform_by_formula(rng, low, high):
+    lo = float(low)
+    span = float(high) - lo
+    if span - span != 0.0:                  # inf or nan: let uniform() raise its own error
+        return rng.uniform(low, high)
+    return lo + span * rng.random_sample()
+
+
+def _formula_matches_uniform():
+    """Whether ``low + (high - low) * random_sample()`` computed in Python equals numpy's
+    ``RandomState.uniform(low, high)`` bit for bit here (numpy computes the same expression in
+    C; a build that fuses its multiply-add would differ in the last bit)."""
+    a, b = np.random.RandomState(1234), np.random.RandomState(1234)
+    ranges = [(0.0, 1.0), (0.6, 1.4), (-0.4, 0.4), (0.08, 1.0), (0.75, 1.333), (-63, 63)]
+    return all(_uniform_by_formula(a, lo, hi) == b.uniform(lo, hi)
+               for _ in range(64) for lo, hi in ranges)
+
+
+_SCALARS = (int, float, np.number)
+_UNIFORM_EXACT = None      # the answer of _formula_matches_uniform(), once asked
+
+
+def uniform(rng, low, high):
+    """``rng.uniform(low, high)``: for scalar bounds, the same float from the same draw of the
+    stream. For a ``RandomState`` it is computed as ``uniform`` does in C, ``low + (high -
+    low) * rng.random_sample()``, which skips ``uniform``'s conversion of its arguments to
+    arrays (a tenth of the time), provided a first call found the two equal on this build;
+    otherwise, and for any other generator, it calls ``rng.uniform``."""
+    global _UNIFORM_EXACT
+    if type(rng) is _RandomState and isinstance(low, _SCALARS) and isinstance(high, _SCALARS):
+        if _UNIFORM_EXACT is None:
+            _UNIFORM_EXACT = _formula_matches_uniform()
+        if _UNIFORM_EXACT:
+            return _uniform_by_formula(rng, low, high)
+    return rng.uniform(low, high)
+
+
 def is_native_augmentor(aug):
     """Whether ``aug`` (an :class:`ImageAugmentor`) runs its work in C with the GIL released:
     its class sets ``native = True`` in its own body or was marked with :func:`dataflow.native`;
@@ -141,7 +209,7 @@ class ImageAugmentor:
         if high is None:
             low, high = 0, low
         if size is None:
-            return np.float32(self.rng.uniform(low, high))
+            return np.float32(uniform(self.rng, low, high))
         return self.rng.uniform(low, high, size).astype(np.float32)
 
     def _init(self, params=None):

@@ -4,7 +4,7 @@ rather than cropping, and leaves coordinates unchanged)."""
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, shape2d
+from .base import ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, randint, shape2d
 from .misc import _shortest_edge_size
 from .transform import CropTransform, ResizeTransform, TransformList
 
@@ -32,9 +32,9 @@ class RandomCrop(ImageAugmentor):
         h, w = self.crop_shape
         _check_fits(img, h, w, "RandomCrop")
         rng = self.rng
-        y0 = rng.randint(img.shape[0] - h + 1)
-        x0 = rng.randint(img.shape[1] - w + 1)
-        return CropTransform(int(y0), int(x0), h, w)
+        y0 = randint(rng, img.shape[0] - h + 1)
+        x0 = randint(rng, img.shape[1] - w + 1)
+        return CropTransform(y0, x0, h, w)
 
 
 class CenterCrop(ImageAugmentor):
@@ -72,12 +72,11 @@ class RandomCropRandomShape(ImageAugmentor):
         hmax = self.hmax or H
         wmax = self.wmax or W
         rng = self.rng
-        h = rng.randint(self.hmin, hmax + 1)
-        w = rng.randint(self.wmin, wmax + 1)
-        _check_fits(img, h, w, "RandomCropRandomShape")
-        y0 = rng.randint(H - h + 1)
-        x0 = rng.randint(W - w + 1)
-        return CropTransform(int(y0), int(x0), int(h), int(w))
+        h = randint(rng, self.hmin, hmax + 1)
+        w = randint(rng, self.wmin, wmax + 1)
+        if H < h or W < w:
+            _check_fits(img, h, w, "RandomCropRandomShape")
+        return CropTransform(randint(rng, H - h + 1), randint(rng, W - w + 1), h, w)
 
 
 class GoogleNetRandomCropAndResize(ImageAugmentor):
@@ -106,8 +105,9 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
             if self._rand_range() < 0.5:
                 ww, hh = hh, ww
             if 0 < hh <= h and 0 < ww <= w:
-                x1 = int(self.rng.randint(0, w - ww + 1))
-                y1 = int(self.rng.randint(0, h - hh + 1))
+                rng = self.rng
+                x1 = randint(rng, 0, w - ww + 1)
+                y1 = randint(rng, 0, h - hh + 1)
                 return TransformList([CropTransform(y1, x1, hh, ww),
                                       ResizeTransform(hh, ww, th, tw, self.interp)])
         newh, neww = _shortest_edge_size(h, w, max(th, tw))
@@ -134,13 +134,12 @@ class RandomCutout(PhotometricAugmentor):
         rng = self.rng
         h, w = self.h_range, self.w_range
         if not isinstance(h, (int, np.integer)):
-            h = rng.randint(h[0], h[1])
+            h = randint(rng, h[0], h[1])
         if not isinstance(w, (int, np.integer)):
-            w = rng.randint(w[0], w[1])
-        h, w = min(h, H), min(w, W)
-        x0 = rng.randint(0, W + 1 - w)
-        y0 = rng.randint(0, H + 1 - h)
-        return int(y0), int(x0), int(h), int(w)
+            w = randint(rng, w[0], w[1])
+        h, w = int(min(h, H)), int(min(w, W))
+        x0 = randint(rng, 0, W + 1 - w)
+        return randint(rng, 0, H + 1 - h), x0, h, w
 
     def _augment(self, img, param):
         y0, x0, h, w = param

@@ -42,12 +42,15 @@ def _keep_shape(out, img):
 def clip_inplace(img, lo=0.0, hi=255.0):
     """Clip a float image to ``[lo, hi]`` in place (two ``cv2.threshold`` passes) and return
     it."""
-    c = cv2()
-    if img.flags.c_contiguous and img.dtype in (np.float32, np.float64):
-        c.threshold(img, hi, hi, c.THRESH_TRUNC, dst=img)
+    if img.flags.c_contiguous and img.dtype.char in "fd":       # float32, float64
+        c = cv2()
+        hi = float(hi)
+        # dst given by position: parsing it as a keyword costs OpenCV's wrapper more than the
+        # pass over a small image
+        c.threshold(img, hi, hi, c.THRESH_TRUNC, img)
         # THRESH_TOZERO keeps values > lo and zeroes the rest; shift so the floor is 0
         if lo == 0:
-            c.threshold(img, 0, 0, c.THRESH_TOZERO, dst=img)
+            c.threshold(img, 0.0, 0.0, c.THRESH_TOZERO, img)
         else:
             np.maximum(img, lo, out=img)
         return img
@@ -97,8 +100,10 @@ def channel_affine(img, mat, clip):
 
 
 def _diag(C, scale, offset):
+    """The ``C x (C + 1)`` matrix of ``x * scale + offset`` per channel (``offset`` a scalar or
+    one per channel)."""
     m = np.zeros((C, C + 1))
-    m[np.arange(C), np.arange(C)] = scale
+    m.flat[:C * (C + 2):C + 2] = scale        # the diagonal: every (C + 2)-th entry
     m[:, C] = offset
     return m
 
@@ -209,7 +214,7 @@ class Contrast(PhotometricAugmentor):
         means = channel_means(img)
         if self.rgb is not None:
             _need_3_channels(img, "Contrast(rgb=...)")
-            means = np.dot(_grey_weights(self.rgb), means)
+            means = float(np.dot(_grey_weights(self.rgb), means))
         return channel_affine(img, _diag(_channels(img), r, means * (1 - r)), self.clip)
 
 
@@ -343,8 +348,8 @@ class Saturation(PhotometricAugmentor):
         _need_3_channels(img, "Saturation")
         v = float(v)
         m = np.zeros((3, 4))
-        m[:, :3] = (1 - v) * _grey_weights(self.rgb)[None, :]
-        m[np.arange(3), np.arange(3)] += v
+        m[:, :3] = (1 - v) * _grey_weights(self.rgb)
+        m.flat[:15:5] += v                   # the diagonal of the 3 x 3 part
         return channel_affine(img, m, self.clip)
 
 
