@@ -546,11 +546,15 @@ _INTS = {0xcc: struct.Struct(">B"), 0xcd: _U16, 0xce: _U32, 0xcf: _U64, 0xd0: _I
          0xd1: _I16, 0xd2: _I32, 0xd3: _I64, 0xca: _F32, 0xcb: _F64}
 
 
+_BIN_WIDTH = {0xc4: 1, 0xc5: 2, 0xc6: 4}     # msgpack bin 8/16/32: bytes of its length
+
+
 def _flat_list(mv):
     """The common large datapoint in one loop: a list of at most 15 items, each an array of a
-    plain dtype (as msgpack-numpy writes it), an int or a float; the arrays are views of
-    ``mv`` as :class:`_Walker` makes them. None for anything else, or anything wrong (the
-    walker then decodes it, or names the error)."""
+    plain dtype (as msgpack-numpy writes it), a byte string, an int or a float; the arrays are
+    views of ``mv`` as :class:`_Walker` makes them, a byte string is ``bytes`` (a copy, as
+    msgpack gives it). None for anything else, or anything wrong (the walker then decodes it,
+    or names the error)."""
     n = len(mv)
     first = mv[0]
     if not 0x91 <= first <= 0x9f:
@@ -603,6 +607,14 @@ def _flat_list(mv):
             if end > n:
                 return None
             out.append(st.unpack_from(mv, p + 1)[0])
+            p = end
+        elif b in _BIN_WIDTH:                       # a byte string (an encoded image): bytes,
+            w = _BIN_WIDTH[b]                       # as msgpack gives it (one copy)
+            start = p + 1 + w
+            end = start + int.from_bytes(mv[p + 1:start], "big")
+            if end > n:
+                return None
+            out.append(mv[start:end].tobytes())
             p = end
         elif b >= 0xe0:
             out.append(b - 0x100)
