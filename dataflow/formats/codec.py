@@ -395,13 +395,11 @@ class SmallBatch:
 
     def decode_list(self, bufs):
         try:
+            out = same_layout(bufs)
+            if out is not None:
+                return out
             joined = b"".join(bufs)
             total = len(joined)
-            if 1 < len(bufs) and total <= _SAME_LAYOUT_MAX and \
-                    len(set(map(len, bufs))) == 1:
-                out = _same_layout(joined, len(bufs))
-                if out is not None:
-                    return out
             up = msgpack.Unpacker(None, raw=False, strict_map_key=False,
                                   object_hook=self._hook, max_buffer_size=total)
             up.feed(joined)
@@ -468,6 +466,18 @@ def _layout(row):
         else:
             return None
     return items if p == n else None
+
+
+def same_layout(bufs):
+    """The values of ``bufs`` (a list of buffers) decoded column by column when they are small
+    msgpack datapoints of one layout (:func:`_same_layout`), else None; then decode them
+    another way (:class:`SmallBatch`), which also names a bad one. A reader can try this on a
+    run of raw values before looking at any of them one by one: a pickle, a large value or
+    anything else not of one flat layout gives None."""
+    if len(bufs) < 2 or len(set(map(len, bufs))) != 1 or \
+            len(bufs[0]) * len(bufs) > _SAME_LAYOUT_MAX or len(bufs[0]) >= ZERO_COPY_MIN:
+        return None
+    return _same_layout(b"".join(bufs), len(bufs))
 
 
 def _same_layout(joined, m):

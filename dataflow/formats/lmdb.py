@@ -29,6 +29,7 @@ Needs lmdb (``pip install 'dataflow-rt[formats]'``), imported on first use.
 """
 import contextlib
 import ctypes
+import itertools
 import logging
 import mmap
 import os
@@ -373,7 +374,45 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
                     yield from self._decode(scan, allow_pickle, None)
                     return
                 with env.env.begin(buffers=True) as txn:
-                    yield from self._decode(self._pairs(txn, indices, start), allow_pickle, env)
+                    if self.shuffle or start:
+                        pairs = self._pairs(txn, indices, start)
+                        yield from self._decode(pairs, allow_pickle, env)
+                    else:
+                        yield from self._decode_sequential(txn, allow_pickle, env)
+
+    def _decode_sequential(self, txn, allow_pickle, env):
+        """A whole pass in key order, through py-lmdb's cursor: runs of ``SmallBatch.size``
+        values are taken without their keys and decoded column by column
+        (:func:`codec.same_layout`: a file of small records of one layout); a run that is not
+        one layout (or holds ``__keys__``) is decoded value by value with its keys, which are
+        read again for it by walking a second cursor back from where the first one stands (or
+        from the last record, when the pass has ended)."""
+        cursor = txn.cursor()
+        values = cursor.iternext(keys=False)
+        size = codec.SmallBatch(allow_pickle).size
+        same_layout, islice = codec.same_layout, itertools.islice
+        while True:
+            run = list(islice(values, size))
+            if not run:
+                return
+            try:
+                dps = same_layout(run)
+            except Exception:           # not what it looked like: the slow path names errors
+                dps = None
+            if dps is not None:
+                yield from dps
+                continue
+            back = txn.cursor()
+            if len(run) < size:         # the values ran out: the run ends with the last record
+                back.last()
+            else:
+                back.set_key(cursor.key())
+            pairs = [back.item()]
+            for _ in range(len(run) - 1):
+                back.prev()
+                pairs.append(back.item())
+            pairs.reverse()
+            yield from self._decode((kv for kv in pairs if kv[0] != _KEYS), allow_pickle, env)
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
