@@ -492,6 +492,21 @@ def test_runs_of_small_records_of_one_layout_and_the_runs_around_them(tmp_path):
                for dp in got)
 
 
+@pytest.mark.parametrize("odd", ["a large value", "varied small values"])
+def test_sequential_pass_over_records_not_of_one_layout(tmp_path, odd):
+    # runs of 256 that are not one layout: after one with a large value, or after two in a
+    # row, the rest of the pass is read record by record
+    dps = [[i, np.full(4, i % 7, np.float32)] for i in range(256, 1500)]
+    if odd == "a large value":
+        dps[5] = [5, np.zeros(20_000, np.uint8)]
+    else:
+        for i in range(0, 700):
+            dps[i] = [i, "s" * (i % 13)]
+    path = str(tmp_path / "t.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
+    assert_same(load_all(path), dps)
+
+
 def test_bad_record_among_small_records_of_one_length_names_it(tmp_path):
     path = str(tmp_path / "t.lmdb")
     LMDBSerializer.save(DataFromList([[i, np.zeros(4, np.float32)] for i in range(256, 1000)],
