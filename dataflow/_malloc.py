@@ -31,6 +31,8 @@ def keep_freed_memory():
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    # Setting either turns off glibc's dynamic mmap threshold, so both are set.
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
-        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    # Setting either turns off glibc's dynamic mmap threshold, so both are set (each on its
+    # own: a 32-bit glibc refuses an mmap threshold above 512 KiB, and still takes the other).
+    mmap_ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    trim_ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    return bool(mmap_ok and trim_ok)
