@@ -31,8 +31,9 @@ def keep_freed_memory():
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    # Setting either turns off glibc's dynamic mmap threshold, so both are set (each on its
-    # own: a 32-bit glibc refuses an mmap threshold above 512 KiB, and still takes the other).
-    mmap_ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    trim_ok = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    return bool(mmap_ok and trim_ok)
+    # Setting either turns off glibc's dynamic mmap threshold, so the trim threshold is set only
+    # once the mmap threshold is (a 32-bit glibc refuses one above 512 KiB: then glibc's own
+    # adaptive thresholds are left alone rather than pinned at their 128 KiB start).
+    if not mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD):
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
