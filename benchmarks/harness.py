@@ -35,16 +35,18 @@ DEFAULT_WORKLOADS = "1,2,3,4,5,img"
 # strict MultiProcessMapDataZMQ hangs at a pass boundary. (The harness passes the count to each run.)
 # For "img" the count is of images after the first batch, a multiple of the batch size (32).
 # fbresnet: the 480 images of its one pass after the first batch (quick: 64). The LMDB workloads
-# read one pass of a file of COUNTS + LMDB_SPARE records (written once per harness run).
+# read one pass of a file of COUNTS + LMDB_SPARE records (written once per harness run). lmdb
+# reads 20,000 records (a 3 GB file): 6,000 made windows of 0.1-0.25 s for the fastest systems,
+# and paired runs of one system then ranged over 2-3x on the shared 2-core VM.
 COUNTS = {1: (30000, 3000), 2: (9000, 1200), 3: (600, 80), 4: (2000, 250), 5: (2000, 250),
-          "img": (1024, 128), "fbresnet": (480, 64), "lmdb": (6000, 500),
+          "img": (1024, 128), "fbresnet": (480, 64), "lmdb": (20000, 500),
           "lmdb-tiny": (60000, 5000)}
 # The first item (up to a batch of 32) and a margin, plus the buffer of tensorpack's strict
 # process mapper (200): once it has sent a pass's last datapoint it drains its buffer, and there
 # it hangs now and then (every process waiting in recv; about 1 run in 10 on lmdb in --quick
 # before this margin), so no run reaches that point.
 LMDB_SPARE = 64 + 200
-PREPARE_TIMEOUT = 300.0  # writing the data of the run (~1 GB of LMDB in a full run)
+PREPARE_TIMEOUT = 300.0  # writing the data of the run (~3 GB of LMDB in a full run)
 
 # The measured window also ends after this many seconds (full, quick): the slowest peers (SPDL on
 # the tiny workloads, ~1,000 dp/s) would otherwise take half a minute per run. Throughput is

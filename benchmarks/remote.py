@@ -23,7 +23,9 @@ repeat by repeat (same transport), then the median and the range are reported.
 
 ``--malloc-tuned`` runs every process (all systems alike) with glibc malloc kept from returning
 150 KiB blocks to the kernel (:data:`MALLOC_TUNED`): without it, a large share of the
-receiver's CPU time is page faults on freshly mapped message buffers.
+receiver's CPU time is page faults on freshly mapped message buffers. dataflow's pair makes a
+like setting itself (``tune_malloc=True``, its default: ``dataflow._malloc``), so the flag
+changes the other systems' processes, and dataflow's only from the interpreter's start.
 """
 import argparse
 import json

@@ -70,7 +70,8 @@ FLAT = [
     [np.zeros((3, 200, 40), "<f4"), 0, 127, 128, 255, 256, 2**16, 2**32, -1, -32, -33, -200,
      -2**20, -2**40, 1.5],
     [np.zeros(30_000, ">i2"), np.zeros((2, 10_000), "u1"), np.array(7.0)],
-    [b"\x01" + np.zeros(20_000, "f8").tobytes()],       # bytes, not a flat list's item
+    # byte strings (bin 32, bin 16, bin 8) as an encoded image's bytes and its label
+    [b"\x01" + np.zeros(20_000, "f8").tobytes(), 3, b"", b"ab" * 100, b"c" * 300],
     [np.zeros(20_000, "u1"), [1, 2]],                  # a nested list: not flat
     [np.zeros(20_000, "u1"), None],
     [np.zeros((200, 200), "u1"), "s"],
@@ -84,10 +85,11 @@ def test_flat_list_fast_path_gives_the_walkers_values(i):
     walked = codec._Walker(b, True, None).value()
     fast = codec.flat_list(b)
     assert same(walked, FLAT[i])
-    if i < 3:
+    if i < 4:
         assert fast is not None and same(fast, walked)
         arrays = [a for a in fast if isinstance(a, np.ndarray)]
         assert all(not a.flags.writeable and a.flags.aligned for a in arrays)
+        assert [type(x) for x in fast] == [type(x) for x in FLAT[i]]   # bytes stay bytes
     else:
         assert fast is None
     assert codec.flat_list(bytearray(b)) is None or \

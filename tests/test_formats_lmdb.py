@@ -480,6 +480,51 @@ def test_record_that_does_not_decode_names_file_and_record(tmp_path):
     df.close()
 
 
+def test_runs_of_small_records_of_one_layout_and_the_runs_around_them(tmp_path):
+    # ints 0..999 take 1, 2 or 3 bytes, so some runs of 256 values mix lengths (and the last
+    # holds __keys__): those are decoded one by one, the others column by column
+    dps = [[i, np.full(4, i, np.float32)] for i in range(1000)]
+    path = str(tmp_path / "t.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
+    got = load_all(path)
+    assert_same(got, dps)
+    assert all(type(dp) is list and type(dp[0]) is int and not dp[1].flags.writeable
+               for dp in got)
+
+
+@pytest.mark.parametrize("odd", ["a large value", "varied small values"])
+def test_sequential_pass_over_records_not_of_one_layout(tmp_path, odd):
+    # runs of 256 that are not one layout: after one with a large value, or after two in a
+    # row, the rest of the pass is read record by record
+    dps = [[i, np.full(4, i % 7, np.float32)] for i in range(256, 1500)]
+    if odd == "a large value":
+        dps[5] = [5, np.zeros(20_000, np.uint8)]
+    else:
+        for i in range(0, 700):
+            dps[i] = [i, "s" * (i % 13)]
+    path = str(tmp_path / "t.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path)
+    assert_same(load_all(path), dps)
+
+
+def test_bad_record_among_small_records_of_one_length_names_it(tmp_path):
+    path = str(tmp_path / "t.lmdb")
+    LMDBSerializer.save(DataFromList([[i, np.zeros(4, np.float32)] for i in range(256, 1000)],
+                                     shuffle=False), path)
+    env = lmdb.open(path, subdir=False)
+    with env.begin(write=True) as txn:
+        v = txn.get(b"00000100")
+        txn.put(b"00000100", b"\xc1" + v[1:])      # same length, not msgpack
+    env.close()
+    df = LMDBSerializer.load(path, shuffle=False)
+    df.reset_state()
+    it = iter(df)
+    assert [next(it)[0] for _ in range(100)] == list(range(256, 356))   # the ones before it
+    with pytest.raises(codec.DecodeError, match=r"t.lmdb, record b'00000100'"):
+        next(it)
+    df.close()
+
+
 def test_corrupted_array_record_names_file_and_record(tmp_path):
     path = str(tmp_path / "c.lmdb")
     LMDBSerializer.save(DataFromList(datapoints(3, big=True), shuffle=False), path)

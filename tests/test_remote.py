@@ -172,6 +172,20 @@ def test_a_frame_that_does_not_decode_is_named(no_leaks, ipc_addr):
         ctx.term()
 
 
+@pytest.mark.parametrize("tune", [True, False])
+def test_both_ends_keep_freed_memory_unless_told_not_to(no_leaks, ipc_addr, monkeypatch, tune):
+    import dataflow.remote as remote
+    calls = []
+    monkeypatch.setattr(remote, "keep_freed_memory", lambda: calls.append(1))
+    with sender(ipc_addr):
+        take(RemoteDataZMQ(ipc_addr, tune_malloc=tune), 1)
+    assert len(calls) == (1 if tune else 0)
+    calls.clear()
+    with pytest.raises(TypeError, match="datapoint 0 cannot be encoded"):
+        send_dataflow_zmq(D.DataFromList([[object()]]), ipc_addr, tune_malloc=tune)
+    assert len(calls) == (1 if tune else 0)
+
+
 def test_zmq_ops_format_is_not_implemented():
     with pytest.raises(NotImplementedError, match="zmq_ops"):
         send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", format="zmq_ops")

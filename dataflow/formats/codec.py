@@ -395,13 +395,11 @@ class SmallBatch:
 
     def decode_list(self, bufs):
         try:
+            out = same_layout(bufs)
+            if out is not None:
+                return out
             joined = b"".join(bufs)
             total = len(joined)
-            if 1 < len(bufs) and total <= _SAME_LAYOUT_MAX and \
-                    len(set(map(len, bufs))) == 1:
-                out = _same_layout(joined, len(bufs))
-                if out is not None:
-                    return out
             up = msgpack.Unpacker(None, raw=False, strict_map_key=False,
                                   object_hook=self._hook, max_buffer_size=total)
             up.feed(joined)
@@ -468,6 +466,18 @@ def _layout(row):
         else:
             return None
     return items if p == n else None
+
+
+def same_layout(bufs):
+    """The values of ``bufs`` (a list of buffers) decoded column by column when they are small
+    msgpack datapoints of one layout (:func:`_same_layout`), else None; then decode them
+    another way (:class:`SmallBatch`), which also names a bad one. A reader can try this on a
+    run of raw values before looking at any of them one by one: a pickle, a large value or
+    anything else not of one flat layout gives None."""
+    if len(bufs) < 2 or len(set(map(len, bufs))) != 1 or \
+            len(bufs[0]) * len(bufs) > _SAME_LAYOUT_MAX or len(bufs[0]) >= ZERO_COPY_MIN:
+        return None
+    return _same_layout(b"".join(bufs), len(bufs))
 
 
 def _same_layout(joined, m):
@@ -546,11 +556,15 @@ _INTS = {0xcc: struct.Struct(">B"), 0xcd: _U16, 0xce: _U32, 0xcf: _U64, 0xd0: _I
          0xd1: _I16, 0xd2: _I32, 0xd3: _I64, 0xca: _F32, 0xcb: _F64}
 
 
+_BIN_WIDTH = {0xc4: 1, 0xc5: 2, 0xc6: 4}     # msgpack bin 8/16/32: bytes of its length
+
+
 def _flat_list(mv):
     """The common large datapoint in one loop: a list of at most 15 items, each an array of a
-    plain dtype (as msgpack-numpy writes it), an int or a float; the arrays are views of
-    ``mv`` as :class:`_Walker` makes them. None for anything else, or anything wrong (the
-    walker then decodes it, or names the error)."""
+    plain dtype (as msgpack-numpy writes it), a byte string, an int or a float; the arrays are
+    views of ``mv`` as :class:`_Walker` makes them, a byte string is ``bytes`` (a copy, as
+    msgpack gives it). None for anything else, or anything wrong (the walker then decodes it,
+    or names the error)."""
     n = len(mv)
     first = mv[0]
     if not 0x91 <= first <= 0x9f:
@@ -603,6 +617,14 @@ def _flat_list(mv):
             if end > n:
                 return None
             out.append(st.unpack_from(mv, p + 1)[0])
+            p = end
+        elif b in _BIN_WIDTH:                       # a byte string (an encoded image): bytes,
+            w = _BIN_WIDTH[b]                       # as msgpack gives it (one copy)
+            start = p + 1 + w
+            end = start + int.from_bytes(mv[p + 1:start], "big")
+            if end > n:
+                return None
+            out.append(mv[start:end].tobytes())
             p = end
         elif b >= 0xe0:
             out.append(b - 0x100)

@@ -29,6 +29,7 @@ Needs lmdb (``pip install 'dataflow-rt[formats]'``), imported on first use.
 """
 import contextlib
 import ctypes
+import itertools
 import logging
 import mmap
 import os
@@ -373,7 +374,54 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
                     yield from self._decode(scan, allow_pickle, None)
                     return
                 with env.env.begin(buffers=True) as txn:
-                    yield from self._decode(self._pairs(txn, indices, start), allow_pickle, env)
+                    if self.shuffle or start:
+                        pairs = self._pairs(txn, indices, start)
+                        yield from self._decode(pairs, allow_pickle, env)
+                    else:
+                        yield from self._decode_sequential(txn, allow_pickle, env)
+
+    def _decode_sequential(self, txn, allow_pickle, env):
+        """A whole pass in key order, through py-lmdb's cursor: runs of ``SmallBatch.size``
+        values are taken without their keys, as bytes (copies, made faster than py-lmdb makes
+        buffers), and a run of one layout is decoded column by column
+        (:func:`codec.same_layout`: a file of small records). A run that is not one layout (or
+        holds ``__keys__``) is read again as ``(key, buffer)`` pairs of ``txn`` (a ``buffers=True``
+        transaction) and decoded value by value; after a run with a large value, or two such
+        runs in a row, the rest of the pass is read that way (the file is not one of small
+        records of one layout)."""
+        size = codec.SmallBatch(allow_pickle).size
+        same_layout, islice = codec.same_layout, itertools.islice
+        failed = False
+        with env.env.begin(buffers=False) as plain:
+            cursor = plain.cursor()
+            values = cursor.iternext(keys=False)
+            while True:
+                run = list(islice(values, size))
+                if not run:
+                    return
+                try:
+                    dps = same_layout(run)
+                except Exception:       # not what it looked like: the slow path names errors
+                    dps = None
+                if dps is not None:
+                    failed = False
+                    yield from dps
+                    continue
+                ended = len(run) < size
+                give_up = failed or max(map(len, run)) >= codec.ZERO_COPY_MIN
+                pairs = _pairs_before(txn, None if ended else cursor.key(), len(run))
+                del run
+                yield from self._decode((kv for kv in pairs if kv[0] != _KEYS), allow_pickle,
+                                        env)
+                if ended:
+                    return
+                if give_up:
+                    rest = txn.cursor()
+                    if rest.set_key(cursor.key()) and rest.next():
+                        yield from self._decode((kv for kv in rest.iternext() if kv[0] != _KEYS),
+                                                allow_pickle, env)
+                    return
+                failed = True
 
     def _decode(self, pairs, allow_pickle, env):
         """Decoded values of ``(key, value)`` pairs; with ``env``, values are buffers into
@@ -426,6 +474,22 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
             raise codec.DecodeError(f"{where}: the value is neither a pickle nor valid "
                                     f"msgpack(-numpy): {type(e).__name__}: {e}") from None
         yield from dps
+
+
+def _pairs_before(txn, key, n):
+    """The ``n`` records of ``txn`` that end with ``key`` (None: with the last record), as
+    ``(key, value)`` pairs in key order."""
+    back = txn.cursor()
+    if key is None:
+        back.last()
+    else:
+        back.set_key(key)
+    pairs = [back.item()]
+    for _ in range(n - 1):
+        back.prev()
+        pairs.append(back.item())
+    pairs.reverse()
+    return pairs
 
 
 class _DecodedLMDBData(ProxyDataFlow):
