@@ -6,7 +6,6 @@ arrays in the worker's shared-memory pool, :mod:`.shm`).
 """
 import atexit
 import collections
-import ctypes
 import faulthandler
 import logging
 import multiprocessing.forkserver as mp_forkserver
@@ -19,6 +18,7 @@ import sys
 import zmq
 
 from .. import rng
+from .._malloc import keep_freed_memory
 from .allocator import ZeroCopySwitch
 from .protocol import WorkerError, func_name, run_chunk
 from .shm import SegmentPool
@@ -47,25 +47,6 @@ def _leave_fork_server():
         server._forkserver_alive_fd = None
         server._forkserver_pid = None
         server._forkserver_address = None
-
-
-def _keep_freed_memory():
-    """Let glibc keep freed memory in the worker instead of returning it to the kernel.
-
-    A map function typically allocates a fresh array per datapoint and the worker frees it once
-    the array is in shared memory. With glibc's defaults, arrays above 128 KiB are mmapped and
-    unmapped each time, or the heap is trimmed and regrown, so every datapoint pays page faults
-    on fresh memory (about 90 us for a 150 KB array, against 4 us when memory is reused). A
-    worker runs one function over and over, so it keeps up to 128 MiB of freed memory instead.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 32 << 20)      # M_MMAP_THRESHOLD: serve up to 32 MiB from the heap
-        libc.mallopt(-1, 128 << 20)     # M_TRIM_THRESHOLD: keep up to 128 MiB of free heap
-    except (OSError, AttributeError):   # not glibc
-        pass
 
 
 def _lower_priority(increment):
@@ -110,7 +91,9 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     if os.getppid() != parent or (forked_by_consumer and parent != consumer_pid):
         return
     _leave_fork_server()
-    _keep_freed_memory()
+    # a map function allocates a fresh array per datapoint, freed once it is in shared memory:
+    # with glibc's defaults each one above 128 KiB page-faulted in anew (about 90 us for 150 KB)
+    keep_freed_memory()
     if hasattr(signal, "SIGUSR1"):                   # the consumer asks for our stack this way
         faulthandler.register(signal.SIGUSR1, file=stack_sock, all_threads=True, chain=False)
     rng.seed_worker(wid, seed)
