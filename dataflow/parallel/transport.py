@@ -33,7 +33,7 @@ Messages are multipart; the first frame is a msgpack list whose first element sa
 ``pickled`` is None, or the one pickle of every object the message's datapoints hand to pickle
 (:func:`dataflow.serialize.pickle_objects`; their headers say only where each goes): pickling a
 set or a dataclass one by one cost several times what pickling it does, and pickle's own set-up
-is now paid once per message. When that pickle fails, the datapoints are encoded again one by
+is paid once per message. When that pickle fails, the datapoints are encoded again one by
 one, so that the one at fault is named.
 """
 import hmac
