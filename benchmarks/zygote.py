@@ -138,6 +138,8 @@ def measure(family, cmd):
         "teardown_s": t5 - t4,
         "teardown_kind": teardown_kind,
         "cpu_main_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+        # page faults of the consuming process in the window (fresh memory, copy-on-write)
+        "minflt": cpu1.ru_minflt - cpu0.ru_minflt,
         "output_ok": good,
         "detail": stream_detail,
     }
