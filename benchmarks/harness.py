@@ -52,6 +52,25 @@ PREPARE_TIMEOUT = 300.0  # writing the data of the run (~3 GB of LMDB in a full 
 # the tiny workloads, ~1,000 dp/s) would otherwise take half a minute per run. Throughput is
 # then the items received over the window's time.
 MAX_MEASURE_S = (3.0, 0.4)
+# ... and lasts at least this many seconds (full, quick), going on past the count where that
+# comes first: the fast serial loaders read COUNTS of workloads 1 and 2 in 30-90 ms, a window
+# too short to average out a shared machine's noise (same-minute runs of one loader varied
+# 100-180k dp/s). The same rule for every system; it adds ~30 s to a full run of all workloads.
+# Workloads in ONE_PASS never go past their count (one pass over a fixed source).
+MIN_MEASURE_S = (0.5, 0.0)
+# The workloads whose measured window stays within the count: their source is one pass
+# (fbresnet's 512 images, the LMDB files' COUNTS + LMDB_SPARE records) and tensorpack's strict
+# process mapper may hang at a pass boundary (see LMDB_SPARE). The others may read up to
+# EXTEND_LIMIT times their count to fill MIN_MEASURE_S (the sources cycle pass after pass).
+ONE_PASS = ("fbresnet", "lmdb", "lmdb-tiny")
+EXTEND_LIMIT = 64
+
+
+def count_limit(workload, quick=False):
+    """The most datapoints a run of ``workload`` may measure (it sizes the sources' passes)."""
+    count = COUNTS[workload][1 if quick else 0]
+    return count if workload in ONE_PASS or not MIN_MEASURE_S[1 if quick else 0] \
+        else count * EXTEND_LIMIT
 # Limits per run: (full, quick) seconds.
 RUN_TIMEOUT = (40.0, 10.0)        # from the command to the result; past it the run is "hung"
 TEARDOWN_CAP = (15.0, 1.5)        # teardown longer than this is killed and shown as "≥cap"
@@ -412,6 +431,7 @@ def _main(args, previous_pins, data_notes):
                      "systems_requested": args.systems, "systems_run": systems,
                      "skipped": skipped, "counts": {w: COUNTS[w][q] for w in args.workloads},
                      "limits_s": {"run_timeout": timeout, "teardown_cap": teardown_cap,
+                                  "min_measure": MIN_MEASURE_S[q],
                                   "max_measure": MAX_MEASURE_S[q],
                                   "exit_grace": exit_grace},
                      "dataflow_module": args.dataflow_module, "versions": versions,
@@ -474,7 +494,8 @@ def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unava
                            % server.failure, notes=[])
             else:
                 cmd = {"system": s, "workload": w, "count": COUNTS[w][q],
-                       "max_s": MAX_MEASURE_S[q],
+                       "limit": count_limit(w, args.quick),
+                       "min_s": MIN_MEASURE_S[q], "max_s": MAX_MEASURE_S[q],
                        "workers": n if n is not None else args.workers[0]}
                 t0 = time.monotonic()
                 try:

@@ -5,6 +5,7 @@ Nothing here is imported by the harness process except the plain tables at the t
 """
 import gc
 import importlib
+import itertools
 import warnings
 
 from .peers import PEER_BATCH_NOTES, PEER_FAMILIES, PEER_SYSTEMS
@@ -305,10 +306,36 @@ class Family:
 
 
 # ---------------------------------------------------------------------------- streams
+class _Passes(itertools.chain):
+    """What :func:`_passes` returns: ``chain`` with a generator's ``close()``, which closes the
+    running pass's iterator (unwinding the dataflow's own generator)."""
+
+    __slots__ = ("_iters", "_current")
+
+    def close(self):
+        iters, self._iters = self._iters, None
+        if iters is not None:
+            iters.close()
+        close = getattr(self._current[0] if self._current else None, "close", None)
+        if close is not None:
+            close()
+
+
 def _passes(df):
-    """Endless iteration of a dataflow, pass after pass (each ``iter`` is one strict pass)."""
-    while True:
-        yield from df
+    """Endless iteration of a dataflow, pass after pass (each ``iter`` is one strict pass), in C
+    like the peers' passes (``itertools`` over their sources): the harness runs no Python frame
+    per datapoint, for any library."""
+    current = []
+
+    def iters():
+        while True:
+            current[:] = [iter(df)]
+            yield current[0]
+
+    gen = iters()
+    out = _Passes.from_iterable(gen)
+    out._iters, out._current = gen, current
+    return out
 
 
 class Stream:

@@ -67,9 +67,10 @@ def measure(family, cmd):
     system = cmd["system"]
     wl = WORKLOADS[cmd["workload"]]
     count = int(cmd["count"])
+    limit = max(count, int(cmd.get("limit") or count))
     source = wl.source()
-    # enough passes for the count and a first item of up to MAX_PER_ITEM datapoints
-    passes = max(1, math.ceil((count + MAX_PER_ITEM) / len(source)))
+    # enough passes for the limit and a first item of up to MAX_PER_ITEM datapoints
+    passes = max(1, math.ceil((limit + MAX_PER_ITEM) / len(source)))
     gc.collect()
 
     t0 = time.perf_counter()
@@ -80,7 +81,7 @@ def measure(family, cmd):
     # datapoints per item: the workload's batch, or the system's own batching (torch-batch32)
     per_item = stream.per_item or wl.batch or 1
     items = count // per_item
-    count = items * per_item
+    limit_items = max(items, limit // per_item)
     good = bool(wl.check(first)) if per_item == (wl.batch or 1) else _check_batch(first, per_item)
     del first
     startup = t1 - t0
@@ -88,23 +89,29 @@ def measure(family, cmd):
 
     nxt = stream.it.__next__
     received = nbytes = 0          # bytes received in the measured window (after the first)
-    # The window ends after ``items`` items or, for a slow system, at the first check (every
-    # CHECK_EVERY items) past ``max_s`` seconds: the same clock reads for every system.
+    # The window ends after ``items`` items once ``min_s`` seconds have passed (a fast system
+    # goes on to the first clock check past ``min_s``, at most ``limit_items`` items), or, for a
+    # slow system, at the first check past ``max_s`` seconds. The clock is read every
+    # CHECK_EVERY items and at the ``items``-th: the same reads for every system.
     max_s = cmd.get("max_s")
-    check = CHECK_EVERY if max_s else items + 1
+    min_s = cmd.get("min_s") or 0.0
+    check = CHECK_EVERY if (max_s or min_s) else limit_items + 1
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t2 = time.perf_counter()
-    deadline = t2 + (max_s or 0)
+    deadline = t2 + max_s if max_s else float("inf")
+    at_least = t2 + min_s
     perf = time.perf_counter
     try:
-        for received in range(1, items + 1):   # noqa: B007
+        for received in range(1, limit_items + 1):   # noqa: B007
             nbytes += consume(nxt())
-            if received % check == 0 and perf() > deadline:
-                break
+            if received % check == 0 or received == items:
+                now = perf() if (max_s or min_s) else at_least
+                if now > deadline or (received >= items and now >= at_least):
+                    break
     except StopIteration:
-        raise RuntimeError("the stream ended after %d items; expected %d (%d passes of %d "
+        raise RuntimeError("the stream ended after %d items; expected up to %d (%d passes of %d "
                            "datapoints, %d datapoints per item)"
-                           % (received, items + 1, passes, len(source), per_item)) from None
+                           % (received, limit_items + 1, passes, len(source), per_item)) from None
     t3 = time.perf_counter()
     items = received
     count = items * per_item
@@ -131,6 +138,8 @@ def measure(family, cmd):
         "teardown_s": t5 - t4,
         "teardown_kind": teardown_kind,
         "cpu_main_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+        # page faults of the consuming process in the window (fresh memory, copy-on-write)
+        "minflt": cpu1.ru_minflt - cpu0.ru_minflt,
         "output_ok": good,
         "detail": stream_detail,
     }

@@ -7,6 +7,7 @@ import inspect
 import itertools
 from types import GeneratorType
 import logging
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Mapping
@@ -550,23 +551,28 @@ class MapData(ProxyDataFlow):
         return self._one_pass(p, start, _skipped(self.ds, skip))
 
     def _one_pass(self, p, start, source):
-        func, local = self.func, _rng._local
+        func, local, get_ident = self.func, _rng._local, _thread_ident
         copy_id = getattr(local, "copy", None)   # in a runner's copy: its number (OwnDataFlow)
         # The datapoint's random-stream key, as a cursor advanced in place (see
         # rng.set_datapoint_key): no tuple per datapoint. It is set before every call, since
         # another serial MapData in this thread (nested in self.ds) sets its own, and cleared
         # after it: outside the map call there is no datapoint's stream. The cursor is also the
         # position: cursor[1] + 1 inputs of this pass are taken (see _get_position), so nothing
-        # else is stored per datapoint.
+        # else is stored per datapoint. The key is stored in the running thread's dict of
+        # rng._local (rng.thread_keys: cheaper than the attribute), fetched again whenever this
+        # generator runs in another thread than before.
         self._cursor = cursor = [p, start - 1] if copy_id is None else [p, start - 1, copy_id]
+        owner, keys = None, None
         for dp in source:
             cursor[1] += 1
-            local.key = cursor
+            if get_ident() != owner:
+                owner, keys = get_ident(), _rng.thread_keys()
+            keys["key"] = cursor
             try:
                 # copy.copy, with its most common case (a list datapoint) inlined
                 ret = func(dp.copy() if dp.__class__ is list else copy(dp))
             finally:
-                local.key = None
+                keys["key"] = None
             if ret is None:
                 continue
             if ret.__class__ is GeneratorType:
@@ -616,6 +622,7 @@ class MapData(ProxyDataFlow):
 
 
 _skipped = _ckpt.skipped
+_thread_ident = threading.get_ident
 
 
 class _ShallowCopyFirst:

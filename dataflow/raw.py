@@ -1,6 +1,7 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -172,21 +173,31 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         # the pass begins at iter(), not at the first next(): an iterator made and dropped
         # unstarted (by JoinData, say) counts as a pass, resumed or not
         p, start = self._begin_pass()
+        lst = self.lst
+        if not self.shuffle and isinstance(lst, (list, tuple)):
+            # In order over a list: the list's own iterator, then a call that ends the pass
+            # (when the iterator is exhausted, as the generator of _one_pass would), all in C:
+            # no Python frame is resumed per datapoint.
+            self._live = it = iter(lst[start:]) if start else iter(lst)
+            return itertools.chain(it, iter(self._finish_pass, None))
         return self._one_pass(p, start)
 
+    def _finish_pass(self):
+        """The end of an in-order pass over a list (see __iter__); returns None, the sentinel
+        that stops ``iter(self._finish_pass, None)``."""
+        self._live = None
+        self._end_pass()
+
     def _one_pass(self, p, start):
+        # (An in-order pass over a list or tuple is __iter__'s chain.)
         # The position is not stored per datapoint (that costs a measurable share of a cheap
         # pipeline): it is read from the iterator in self._live, whose __length_hint__ (PEP
         # 424) says how many datapoints of the pass are left.
         lst = self.lst
-        if not self.shuffle:
-            if isinstance(lst, (list, tuple)):
-                self._live = it = iter(lst[start:]) if start else iter(lst)
-                yield from it
-            else:
-                for k in range(start, len(lst)):
-                    self._pos = k + 1
-                    yield lst[k]
+        if not self.shuffle:                      # a sequence other than a list or tuple
+            for k in range(start, len(lst)):
+                self._pos = k + 1
+                yield lst[k]
         else:
             if self._base is None:
                 self._base = int(_require_rng(self).randint(2**31))

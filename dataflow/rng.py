@@ -109,6 +109,15 @@ class _DatapointLocal(threading.local):
 _local = _DatapointLocal()
 
 
+def thread_keys():
+    """This thread's attribute dict of the datapoint key (``_local.__dict__``), for hot loops:
+    ``keys["key"] = cursor`` is the same as ``_local.key = cursor`` at about a third of the cost
+    (no ``threading.local`` attribute lookup). The dict belongs to the thread that called this:
+    a loop that may be resumed in another thread checks ``threading.get_ident()`` and gets that
+    thread's dict (see ``MapData``)."""
+    return _local.__dict__
+
+
 def set_datapoint_key(key):
     """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
     this thread. (Hot loops may assign ``_local.key`` directly, either a new tuple each time --

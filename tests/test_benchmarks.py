@@ -109,3 +109,24 @@ def test_every_family_runs_the_new_workloads():
     # torch's collate keeps a batch's byte strings in a tuple
     assert zygote._check_batch([(b"a",) * 32, np.arange(32)], 32)
     assert not zygote._check_batch([(b"a",) * 31, np.arange(32)], 32)
+
+
+def test_measured_window_lasts_the_minimum_time_and_count(monkeypatch):
+    """A run reads at least the count and, with min_s, goes on to the first clock read past
+    min_s (at most the limit); without min_s it stops at the count. fbresnet and the LMDB
+    workloads never go past their count (one pass of their source)."""
+    monkeypatch.setattr(zygote, "send", lambda tag, payload: None)
+    family = systems.Family("dataflow")
+    cmd = {"system": "dataflow-serial", "workload": 1, "count": 100, "limit": 10 ** 6,
+           "min_s": 0.05, "max_s": 5.0}
+    rec = zygote.measure(family, cmd)
+    assert rec["measure_s"] >= 0.05 and 100 < rec["count"] < 10 ** 6
+    assert rec["count"] % zygote.CHECK_EVERY == 0          # stopped at a clock read
+    rec = zygote.measure(family, dict(cmd, limit=300, min_s=5.0))
+    assert rec["count"] == 300 and rec["measure_s"] < 5.0  # the limit ends it first
+    rec = zygote.measure(family, dict(cmd, min_s=0.0))
+    assert rec["count"] == 100
+    for w in harness.ONE_PASS:
+        assert harness.count_limit(w) == harness.COUNTS[w][0]
+    assert harness.count_limit(1) == harness.COUNTS[1][0] * harness.EXTEND_LIMIT
+    assert harness.count_limit(1, quick=True) == harness.COUNTS[1][1]

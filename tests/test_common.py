@@ -115,6 +115,35 @@ def test_mapdata_generator_result_is_type_error():
     assert "wrapper" in msg and "datapoint 2" in msg
 
 
+def test_mapdata_sets_the_key_in_the_thread_that_resumes_its_pass(no_leaks):
+    """The datapoint key is set in the running thread's storage, even when one pass moves to
+    another thread, and is cleared outside the map call in both threads."""
+    import threading
+    from dataflow import rng as drng
+
+    def key_of(dp):
+        return [dp[0], tuple(drng._local.key)]
+
+    df = MapData(DataFromList([[k] for k in range(4)], shuffle=False), key_of)
+    df.reset_state()
+    it = iter(df)
+    got = [next(it), next(it)]
+    seen = {}
+
+    def other():
+        got.append(next(it))
+        got.append(next(it))
+        seen["key"] = drng._local.key
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert [dp[0] for dp in got] == [0, 1, 2, 3]
+    assert [dp[1][1] for dp in got] == [0, 1, 2, 3]      # the key's index, in both threads
+    assert len({dp[1][0] for dp in got}) == 1            # one pass
+    assert seen["key"] is None and drng._local.key is None
+
+
 # ---------------------------------------------------------------- MapDataComponent
 
 def test_mapdatacomponent_list_tuple_and_none():
