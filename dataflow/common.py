@@ -558,21 +558,20 @@ class MapData(ProxyDataFlow):
         # another serial MapData in this thread (nested in self.ds) sets its own, and cleared
         # after it: outside the map call there is no datapoint's stream. The cursor is also the
         # position: cursor[1] + 1 inputs of this pass are taken (see _get_position), so nothing
-        # else is stored per datapoint. The key is stored in the running thread's dict of
-        # rng._local (rng.thread_keys: cheaper than the attribute), fetched again whenever this
-        # generator runs in another thread than before.
+        # else is stored per datapoint. The key goes into the running thread's slot
+        # (rng.key_slot: a list store), fetched again whenever this generator runs in another
+        # thread than before.
         self._cursor = cursor = [p, start - 1] if copy_id is None else [p, start - 1, copy_id]
-        owner, keys = None, None
-        for dp in source:
-            cursor[1] += 1
+        owner, slot = None, None
+        for cursor[1], dp in enumerate(source, start):
             if get_ident() != owner:
-                owner, keys = get_ident(), _rng.thread_keys()
-            keys["key"] = cursor
+                owner, slot = get_ident(), _rng.key_slot()
+            slot[0] = cursor
             try:
                 # copy.copy, with its most common case (a list datapoint) inlined
                 ret = func(dp.copy() if dp.__class__ is list else copy(dp))
             finally:
-                keys["key"] = None
+                slot[0] = None
             if ret is None:
                 continue
             if ret.__class__ is GeneratorType:

@@ -96,8 +96,7 @@ def seed_worker(wid, seed):
 # whoever applies a map function to datapoint ``index`` of pass ``epoch`` (serial MapData or a
 # parallel worker) sets that key first, and datapoint_rng() derives a generator from it.
 class _DatapointLocal(threading.local):
-    # class attributes are every thread's defaults: reading an unset key costs no exception
-    key = None
+    # class attributes are every thread's defaults: reading an unset one costs no exception
     cached = None
     cached_rs = None
     copy = None              # the runner copy this thread is running (see parallel.threads)
@@ -105,22 +104,34 @@ class _DatapointLocal(threading.local):
     base_state = None        # its state at position 0, for the global seed of _generation
     base_generation = -1
 
+    def __init__(self):      # run once in each thread that uses it
+        self.slot = [None]   # [the datapoint key]: see key_slot()
+
+    @property
+    def key(self):
+        """The key of the datapoint being mapped in this thread (``slot[0]``), or ``None``."""
+        return self.slot[0]
+
+    @key.setter
+    def key(self, value):
+        self.slot[0] = value
+
 
 _local = _DatapointLocal()
 
 
-def thread_keys():
-    """This thread's attribute dict of the datapoint key (``_local.__dict__``), for hot loops:
-    ``keys["key"] = cursor`` is the same as ``_local.key = cursor`` at about a third of the cost
-    (no ``threading.local`` attribute lookup). The dict belongs to the thread that called this:
-    a loop that may be resumed in another thread checks ``threading.get_ident()`` and gets that
-    thread's dict (see ``MapData``)."""
-    return _local.__dict__
+def key_slot():
+    """This thread's one-element list ``[key]`` holding the datapoint key, for hot loops:
+    ``slot[0] = cursor`` (a list store) sets the key for about a third of a dict store's cost
+    and a fifth of a ``threading.local`` attribute's. The list belongs to the thread that called
+    this: a loop that may be resumed in another thread checks ``threading.get_ident()`` and gets
+    that thread's list (see ``MapData``)."""
+    return _local.slot
 
 
 def set_datapoint_key(key):
     """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
-    this thread. (Hot loops may assign ``_local.key`` directly, either a new tuple each time --
+    this thread. (Hot loops may store into :func:`key_slot` directly, either a new tuple each time --
     the generator of the last key is reused while the key is the very same object -- or a
     *cursor*: a list ``[epoch, index]`` that the loop owns and advances in place, which saves
     building a tuple per datapoint; the generator of a cursor is reused while it is the same
@@ -138,9 +149,9 @@ def datapoint_rng():
     for any number of workers and any executor; repeated calls for one datapoint continue one
     stream. Outside a map it is a per-thread generator from :func:`get_rng`.
     """
-    obj = getattr(_local, "key", None)
+    obj = _local.slot[0]
     key = tuple(obj) if obj.__class__ is list else obj       # a cursor: where it is now
-    cached = getattr(_local, "cached", None)     # (key object, its value, generator): last call
+    cached = _local.cached                       # (key object, its value, generator): last call
     if cached is not None and cached[0] is obj and cached[1] == key:
         return cached[2]
     if key is None:
@@ -175,7 +186,7 @@ def datapoint_random_state():
     each. Keys of another form are hashed to ``n`` through ``SeedSequence``; without a seed ``n``
     is random. The returned object is valid until the next datapoint of this thread.
     """
-    key = _local.key
+    key = _local.slot[0]
     if key is None:
         return None
     if key.__class__ is list:                    # a cursor: where it is now

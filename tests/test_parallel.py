@@ -116,8 +116,12 @@ def test_non_strict_pass_is_a_reordering_of_repeated_data(make):
     assert [len(p) for p in out] == [40] * 4
     counts = collections.Counter(v for p in out for v in p)
     assert set(counts) <= {2 * i for i in range(40)}
-    # at most the buffer is in flight across the pass boundaries
-    assert sum(counts.values()) == 160 and min(counts.values()) >= 4 - 1
+    # Every value was read 4 times or more from the source; a read not yet consumed is in
+    # flight, and at most the buffer is in flight. (Unordered, one read may stay in flight for
+    # more than a pass while a busy machine holds its worker back, so no single value's count
+    # is bounded: only the total shortfall.)
+    assert sum(counts.values()) == 160
+    assert sum(max(0, 4 - counts[2 * i]) for i in range(40)) <= 25
 
 
 def test_none_drops_datapoints(make):

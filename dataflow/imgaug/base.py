@@ -181,7 +181,7 @@ class ImageAugmentor:
     @property
     def rng(self):
         """The datapoint's ``RandomState`` inside a map, else this augmentor's own."""
-        if _local.key is not None:
+        if _local.slot[0] is not None:
             return _rng.datapoint_random_state()
         d = self.__dict__
         own = d.get("_own_rng")

@@ -240,12 +240,12 @@ def run_chunk(func, run, items, stop=None):
     # The datapoint's random-stream key as a cursor advanced in place (see
     # rng.set_datapoint_key): a call and a tuple per datapoint were a tenth of a worker's time
     # on tiny datapoints. Set before every call: the map function may run a pipeline that sets
-    # its own. It goes straight into this thread's dict of rng._local (rng.thread_keys: about
-    # a third of the attribute's cost); this function runs in one thread throughout.
-    keys, cursor = _rng.thread_keys(), [run, 0]
+    # its own. It goes straight into this thread's slot (rng.key_slot: a list store); this
+    # function runs in one thread throughout.
+    slot, cursor = _rng.key_slot(), [run, 0]
     for seq, index, dp in items:
         cursor[1] = index
-        keys["key"] = cursor
+        slot[0] = cursor
         try:
             r = func(dp)
         except Exception as e:
