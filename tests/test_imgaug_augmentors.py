@@ -449,6 +449,22 @@ def test_jpeg_noise_equals_an_encode_decode_round_trip():
     assert grey.shape == (64, 64) and grey.dtype == np.uint8
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_jpeg_noise_converts_other_dtypes_as_the_encoder_does(dtype):
+    # negatives, values past 255 and halves (rounded to even), as OpenCV's encoder converts
+    # an image it cannot encode as is
+    rs = np.random.RandomState(1)
+    img = (rs.randint(-60, 320, (48, 64, 3)) + rs.choice([0, 0.5, 0.25], (48, 64, 3)))
+    img = img.astype(dtype)
+    img[0, :4, 0] = [-0.5, 0.5, 2.5, 254.5]
+    u8 = np.rint(np.clip(img.astype(np.float64), 0, 255)).astype(np.uint8)
+    assert list(u8[0, :4, 0]) == [0, 0, 2, 254]
+    out = fixed(imgaug.JpegNoise(), 70).augment(img)
+    ok, enc = cv2.imencode(".jpg", u8, [cv2.IMWRITE_JPEG_QUALITY, 70])
+    assert out.dtype == dtype and out.shape == img.shape
+    np.testing.assert_array_equal(out, cv2.imdecode(enc, cv2.IMREAD_COLOR).astype(dtype))
+
+
 def test_gaussian_noise_statistics_and_determinism():
     img = np.full((200, 200), 100.0, np.float32)
     aug = imgaug.GaussianNoise(sigma=5)

@@ -21,8 +21,9 @@ def _generator(seed):
 
 class JpegNoise(PhotometricAugmentor):
     """Encode as JPEG with a random quality in ``[low, high)`` of ``quality_range`` and decode.
-    The output has the input's shape and dtype (a float image is clipped and converted to
-    uint8 for the codec; 0.11 always returned 3 channels)."""
+    The output has the input's shape and dtype (0.11 always returned 3 channels). Another dtype
+    than uint8 is converted for the codec as OpenCV's encoder converts it: rounded to the
+    nearest integer (halves to even) and saturated to [0, 255]."""
 
     native = True
 
@@ -38,8 +39,14 @@ class JpegNoise(PhotometricAugmentor):
             raise ValueError(f"JpegNoise needs a grey or 3-channel image, got shape {img.shape}")
         c = cv2()
         dtype = img.dtype
-        # a float image is rounded to uint8, as OpenCV's encoder does with one
-        src = img if dtype == np.uint8 else np.rint(np.clip(img, 0, 255)).astype(np.uint8)
+        if dtype == np.uint8:
+            src = img
+        elif dtype == np.float32 or dtype == np.float64:
+            # two OpenCV passes, half the time of numpy's three: negatives (and NaN) to 0, then
+            # |x| rounded and saturated, which for x >= 0 is the encoder's own conversion
+            src = c.convertScaleAbs(c.threshold(cv_input(img), 0, 0, c.THRESH_TOZERO)[1])
+        else:
+            src = np.rint(np.clip(img, 0, 255)).astype(np.uint8)
         ok, enc = c.imencode(".jpg", cv_input(src), [c.IMWRITE_JPEG_QUALITY, q])
         if not ok:
             raise ValueError(f"JpegNoise: cannot encode an image of shape {img.shape}")
