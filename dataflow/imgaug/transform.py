@@ -186,8 +186,9 @@ _CV_COPY_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, 
 def _opencv_takes(img):
     """Whether ``cv2.flip``/``cv2.transpose`` take ``img``: a non-empty HW or HWC image of up
     to 4 channels of one of their dtypes."""
-    return img.dtype in _CV_COPY_DTYPES and img.size > 0 and \
-        (img.ndim == 2 or (img.ndim == 3 and img.shape[2] <= 4))
+    shape = img.shape      # (read once: each ndarray attribute costs about a dict lookup)
+    return img.dtype in _CV_COPY_DTYPES and 0 not in shape and \
+        (len(shape) == 2 or (len(shape) == 3 and shape[2] <= 4))
 
 
 class FlipTransform(Transform):
