@@ -131,8 +131,8 @@ def key_slot():
 
 def set_datapoint_key(key):
     """Set (or clear, with ``None``) the ``(epoch, index)`` of the datapoint being mapped in
-    this thread. (Hot loops may store into :func:`key_slot` directly, either a new tuple each time --
-    the generator of the last key is reused while the key is the very same object -- or a
+    this thread. (Hot loops may store into :func:`key_slot` directly, either a new tuple each
+    time -- the generator of the last key is reused while the key is the very same object -- or a
     *cursor*: a list ``[epoch, index]`` that the loop owns and advances in place, which saves
     building a tuple per datapoint; the generator of a cursor is reused while it is the same
     list holding the same values.)"""
