@@ -136,9 +136,15 @@ def assert_no_new_shm(before):
 
 # -- scripts ------------------------------------------------------------------------------------
 PRELUDE = '''
-import os, sys, time, signal
+import os, sys, time, signal, faulthandler
 import multiprocessing.forkserver as forkserver
 import dataflow as D
+
+# a test that finds this script stuck asks for its threads' stacks (see Script.wait)
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even when the tests run where SIGINT is
+# ignored (a background job of a non-interactive shell): Python keeps an inherited SIG_IGN
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def say(*words):
@@ -241,8 +247,15 @@ class Script:
         try:
             rc = self.proc.wait(limit)
         except subprocess.TimeoutExpired:
+            # where it is stuck: every thread's stack, written to stderr by faulthandler (from
+            # its signal handler, as the signal arrives: a moment's wait is plenty)
+            os.kill(self.pid, signal.SIGUSR1)
+            try:
+                self.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                pass
             raise AssertionError(f"the script did not exit within {limit} s; "
-                                 f"stderr:\n{self.stderr()}") from None
+                                 f"stderr (with its stacks):\n{self.stderr()}") from None
         return rc, time.monotonic() - t0
 
     def assert_no_files(self):
