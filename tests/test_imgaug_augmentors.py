@@ -1,6 +1,9 @@
 """Every dataflow.imgaug augmentor: output shapes, dtypes and value ranges on uint8 and float32
 images; deterministic ones equal to OpenCV/numpy (and to tensorpack 0.11 where 0.11 is right);
 random ones checked against the formula with their drawn parameter."""
+import subprocess
+import sys
+
 import cv2
 import numpy as np
 import pytest
@@ -560,6 +563,17 @@ def test_gaussian_map_weights():
     np.testing.assert_allclose(w, np.exp(-((y / 10 - 3) ** 2 + (x / 12 - 4) ** 2) / 10.0),
                                rtol=1e-5)
     assert w.shape == (10, 12) and abs(w[0, 0] - np.exp(-2.5)) < 1e-6
+
+
+def test_deform_module_is_an_attribute_of_imgaug_as_in_tensorpack():
+    # tensorpack scripts reach the unexported GaussianDeform as imgaug.deform.GaussianDeform
+    # without importing the module; a fresh interpreter, where no test imported it first
+    code = ("from dataflow import imgaug; "
+            "assert 'GaussianDeform' not in imgaug.__all__; "
+            "print(imgaug.deform.GaussianDeform.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "GaussianDeform"
 
 
 def test_gaussian_deform():

@@ -21,6 +21,9 @@ from .convert import ColorSpace, Grayscale, ToFloat32, ToUint8
 from .noise import GaussianNoise, JpegNoise, SaltPepperNoise
 from .meta import Identity, MapImage, RandomApplyAug, RandomChooseAug, RandomOrderAug
 from .external import Albumentations, IAAugmentor
+# The deprecated GaussianDeform is not exported, but as in tensorpack its module is an attribute
+# of the package: ``imgaug.deform.GaussianDeform`` works without importing the module first.
+from . import deform  # noqa: F401
 
 __all__ = [
     # base classes
