@@ -19,6 +19,8 @@ from .parallel.threads import MultiThreadMapData, MultiThreadRunner
 from .parallel.processes import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
                                  MultiProcessMapData, MultiProcessMapDataZMQ, MultiProcessRunner,
                                  MultiProcessRunnerZMQ)
+from .parallel.runners import (MultiProcessPrefetchData, MultiThreadPrefetchData,  # tensorpack's
+                               PrefetchData, PrefetchDataZMQ)                      # older names
 from .parallel.ray import RayMapData, RayRunner          # Ray itself is imported on use
 from .parallel.shm import SharedMemoryError, shared_empty
 from .parallel.supervisor import WorkerCrashedError
@@ -46,12 +48,6 @@ from .image import (AugmentImageComponent, AugmentImageComponents, AugmentImageC
 
 # tensorpack's image augmentors, as ``dataflow.imgaug`` (cheap: OpenCV is imported on first use)
 from . import imgaug
-
-# tensorpack's names for the runners
-PrefetchDataZMQ = MultiProcessRunnerZMQ
-PrefetchData = MultiProcessRunner
-MultiProcessPrefetchData = MultiProcessRunner
-MultiThreadPrefetchData = MultiThreadRunner
 
 # -- list(df) on dataflows of unknown length; resource errors of worker start-up (issue 15) --
 from .base import UnknownLengthError

@@ -641,3 +641,21 @@ def loader_oob(buffers, *, allow_pickle=False, pickled=None):  # for the process
             raise ValueError("malformed dataflow.serialize pickle record: not a list")
         decoder.pickled = iter(objects)
     return decoder.decode
+
+
+# -- tensorpack's serializers, under its module path ---------------------------------------------
+# tensorpack's ``tensorpack.dataflow.serialize`` holds its serializers: code ported by changing the
+# import (``from dataflow.serialize import LMDBSerializer``) finds them here. They live in
+# dataflow.formats, above this module, so they are looked up when first asked for (a module
+# ``__getattr__``, PEP 562), and they stay out of ``__all__``: ``dumps``/``loads`` here are
+# dataflow's codec, not tensorpack's (that is ``dataflow.formats.codec``).
+_TENSORPACK_SERIALIZERS = {"LMDBSerializer": "lmdb", "NumpySerializer": "npz",
+                           "TFRecordSerializer": "tfrecord", "HDF5Serializer": "hdf5"}
+
+
+def __getattr__(name):
+    module = _TENSORPACK_SERIALIZERS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".formats.{module}", __package__), name)

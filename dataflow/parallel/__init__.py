@@ -16,3 +16,11 @@ One datapoint's path through ``MultiProcessMapData(ds, 2, f)``::
 Which executor runs a map is chosen once (policy.py, the run-in-thread table) and made by kind
 (executors.py); the dataflows with tensorpack's names live in runners.py.
 """
+# tensorpack's ``tensorpack.dataflow.parallel`` module holds its runners, under these names: code
+# ported by changing the import (``from dataflow.parallel import PrefetchDataZMQ``) finds them here.
+from .runners import (MultiProcessPrefetchData, MultiProcessRunner, MultiProcessRunnerZMQ,
+                      MultiThreadPrefetchData, MultiThreadRunner, PrefetchData, PrefetchDataZMQ)
+
+__all__ = ["PrefetchData", "MultiProcessPrefetchData", "MultiProcessRunner",
+           "MultiProcessRunnerZMQ", "MultiThreadRunner", "PrefetchDataZMQ",
+           "MultiThreadPrefetchData"]

@@ -24,7 +24,9 @@ from .thread_executor import ThreadExecutor
 
 __all__ = ["parallel_map", "MultiThreadMapData", "MultiThreadRunner", "MultiProcessMapData",
            "MultiProcessMapDataZMQ", "MultiProcessRunner", "MultiProcessRunnerZMQ",
-           "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ"]
+           "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ",
+           "PrefetchData", "PrefetchDataZMQ", "MultiProcessPrefetchData",
+           "MultiThreadPrefetchData"]
 
 logger = logging.getLogger("dataflow")
 
@@ -319,3 +321,9 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
 
 
 MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData
+
+
+# tensorpack's older names for the runners
+PrefetchData = MultiProcessPrefetchData = MultiProcessRunner
+PrefetchDataZMQ = MultiProcessRunnerZMQ
+MultiThreadPrefetchData = MultiThreadRunner
