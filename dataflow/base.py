@@ -94,6 +94,15 @@ class DataFlowReentrantGuard:
         return False
 
 
+def _adopt_old_names(cls):
+    """tensorpack's dataflows were once written with ``get_data()`` and ``size()``; a subclass
+    that defines those and not ``__iter__``/``__len__`` gets them as ``__iter__``/``__len__``,
+    as tensorpack's metaclass does."""
+    for new, old in (("__iter__", "get_data"), ("__len__", "size")):
+        if new not in cls.__dict__ and old in cls.__dict__:
+            setattr(cls, new, cls.__dict__[old])
+
+
 def _count_for_replay(cls):
     """A subclass that defines ``__iter__`` but inherits no way to say where it is: count its
     datapoints so that ``state_dict(replay=True)`` can record a replay position."""
@@ -125,6 +134,7 @@ class DataFlow:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        _adopt_old_names(cls)       # get_data/size of pre-0.9 tensorpack code
         _count_for_replay(cls)      # a source that cannot say where it is (see the module doc)
         _instrument_stats(cls)      # every dataflow records statistics (dataflow.stats)
 

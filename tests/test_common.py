@@ -65,6 +65,57 @@ def assert_not_reentrant(df):
     a.close()
 
 
+# ------------------------------------------------------- tensorpack's old method names
+
+class _OldStyle(DataFlow):
+    """Written as before tensorpack 0.9: get_data() and size(), no __iter__/__len__."""
+
+    def get_data(self):
+        for i in range(5):
+            yield [i]
+
+    def size(self):
+        return 5
+
+
+class _OldStyleProxy(dataflow.ProxyDataFlow):
+    def get_data(self):
+        for dp in self.ds.get_data():
+            yield [dp[0] * 10]
+
+
+def test_old_style_get_data_and_size_become_iter_and_len():
+    df = _OldStyle()
+    assert list(df) == [[i] for i in range(5)] and len(df) == 5
+    assert list(df.get_data()) == list(df) and df.size() == 5
+    proxy = _OldStyleProxy(_OldStyle())
+    proxy.reset_state()
+    assert list(proxy) == [[i * 10] for i in range(5)] and len(proxy) == 5
+    batches = BatchData(MapData(_OldStyle(), lambda dp: [dp[0] + 1]), 2, remainder=True)
+    batches.reset_state()
+    assert [b[0].tolist() for b in batches] == [[1, 2], [3, 4], [5]]
+
+
+def test_old_style_dataflow_in_worker_processes(no_leaks):
+    df = dataflow.MultiProcessMapData(_OldStyle(), 2, lambda dp: [dp[0] + 1], strict=True)
+    df.reset_state()
+    try:
+        assert sorted(df) == [[i + 1] for i in range(5)]    # exactly once each, any order
+    finally:
+        df.close()
+
+
+def test_new_style_iter_wins_over_get_data():
+    class Both(DataFlow):
+        def __iter__(self):
+            yield ["iter"]
+
+        def get_data(self):
+            yield ["get_data"]
+
+    assert list(Both()) == [["iter"]]
+
+
 # ---------------------------------------------------------------- MapData
 
 def test_mapdata_maps_in_order_and_drops_none():
