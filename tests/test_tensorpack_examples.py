@@ -6,8 +6,9 @@ dataflow calls, augmentors and arguments, with ``from tensorpack.dataflow import
 into ``from dataflow import ...``. The data is generated in a temporary directory in each
 reader's on-disk layout (``$TENSORPACK_DATASET`` points there, as the examples rely on it).
 
-The ImageNet, CIFAR and HED pipelines read through ``dataflow.dataset``; the Faster R-CNN box
-augmentation needs only ``dataflow.imgaug``.
+The ImageNet, CIFAR, HED and SVHN pipelines read through ``dataflow.dataset``; the Faster
+R-CNN box augmentation needs only ``dataflow.imgaug``; the GAN ones (Image2Image, DCGAN) read
+image files with ``ImageFromFile``, and the super-resolution one goes through an LMDB.
 """
 import copy
 import os
@@ -427,3 +428,131 @@ def test_hed_get_data(tmp_path, monkeypatch):
         assert x.shape[:2] == y.shape and y.dtype == np.float32
         assert x.shape[0] % 16 == 0 and x.shape[1] % 16 == 0
         assert set(np.unique(y)) <= {0.0, 1.0}
+
+
+# == section 11.6: examples/basics/svhn-digit-convnet.py ==========================================
+
+def get_svhn_data():
+    """svhn-digit-convnet.py's get_data(): RandomMixData of train and extra, resized to 40 x 40
+    with brightness and contrast jitter, batches of 128 from 5 processes; the test split
+    resized, in batches of 128 with the remainder."""
+    from dataflow import RandomMixData
+    d1 = dataset.SVHNDigit('train')
+    d2 = dataset.SVHNDigit('extra')
+    data_train = RandomMixData([d1, d2])
+    data_test = dataset.SVHNDigit('test', shuffle=False)
+    augmentors = [imgaug.Resize((40, 40)), imgaug.Brightness(30), imgaug.Contrast((0.5, 1.5))]
+    data_train = AugmentImageComponent(data_train, augmentors)
+    data_train = BatchData(data_train, 128)
+    data_train = MultiProcessRunner(data_train, 5, 5)
+    data_test = AugmentImageComponent(data_test, [imgaug.Resize((40, 40))])
+    data_test = BatchData(data_test, 128, remainder=True)
+    return data_train, data_test
+
+
+def make_svhn(root, sizes=(("train", 100), ("extra", 40), ("test", 5))):
+    sio = pytest.importorskip("scipy.io")
+    d = root / "svhn_data"
+    d.mkdir(parents=True, exist_ok=True)
+    rs = np.random.RandomState(0)
+    for name, n in sizes:
+        X = rs.randint(0, 256, (32, 32, 3, n)).astype(np.uint8)
+        y = (np.arange(n) % 10 + 1).astype(np.uint8).reshape(n, 1)      # 10 stands for 0
+        sio.savemat(str(d / f"{name}_32x32.mat"), {"X": X, "y": y})
+
+
+@needs_dataset
+def test_svhn_digit_convnet_get_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
+    make_svhn(tmp_path)
+    train, test = get_svhn_data()
+    for images, labels in take(train, 2):
+        assert images.shape == (128, 40, 40, 3) and images.dtype == np.uint8
+        assert labels.shape == (128,) and set(labels.tolist()) <= set(range(10))
+    batches = take(test, 10)
+    assert len(batches) == 1                                  # 5 images, remainder kept
+    images, labels = batches[0]
+    assert images.shape == (5, 40, 40, 3) and labels.tolist() == [1, 2, 3, 4, 5]
+
+
+# == section 11.6: examples/GAN/Image2Image.py and DCGAN.py =======================================
+
+def get_image2image_data(datadir, batch=1):
+    """Image2Image.py's get_data(): each file holds input and output side by side; both halves
+    get the same resize and random crop."""
+    import glob
+    from dataflow import ImageFromFile, MapData
+
+    def split_input(img):
+        s = img.shape[0]
+        assert img.shape[2] == 3 and s * 2 == img.shape[1]
+        return [img[:, :s, :], img[:, s:, :]]
+
+    imgs = glob.glob(os.path.join(datadir, '*.jpg'))
+    ds = ImageFromFile(imgs, channel=3, shuffle=True)
+    ds = MapData(ds, lambda dp: split_input(dp[0]))
+    augs = [imgaug.Resize(286), imgaug.RandomCrop(256)]
+    ds = AugmentImageComponents(ds, augs, (0, 1))
+    ds = BatchData(ds, batch)
+    ds = MultiProcessRunner(ds, 100, 1)
+    return ds
+
+
+def test_image2image_get_data(tmp_path):
+    rs = np.random.RandomState(0)
+    for k in range(3):
+        half = cv2.resize(rs.randint(0, 256, (8, 8, 3)).astype(np.uint8), (64, 64))
+        half[0, 0] = (255, 0, 0)                         # blue in OpenCV's BGR
+        ok, png = cv2.imencode(".png", np.concatenate([half, half], axis=1))
+        assert ok
+        (tmp_path / f"{k}.jpg").write_bytes(png.tobytes())   # lossless, so both halves match
+    for a, b in take(get_image2image_data(str(tmp_path)), 6):
+        assert a.shape == b.shape == (1, 256, 256, 3) and a.dtype == np.uint8
+        np.testing.assert_array_equal(a, b)              # one transform for both components
+    # RGB, as tensorpack's ImageFromFile(channel=3) gives: the blue corner is (0, 0, 255)
+    from dataflow import ImageFromFile
+    img = take(ImageFromFile([str(tmp_path / "0.jpg")], channel=3), 1)[0][0]
+    assert tuple(img[0, 0]) == (0, 0, 255)
+
+
+def get_dcgan_data(datadir, load_size=72, crop_size=64, final_size=64, batch=128):
+    """DCGAN.py's get_data() with its get_augmentors(): resize, centre crop, resize."""
+    import glob
+    from dataflow import ImageFromFile
+    imgs = glob.glob(datadir + '/*.jpg')
+    ds = ImageFromFile(imgs, channel=3, shuffle=True)
+    augs = [imgaug.Resize(load_size), imgaug.CenterCrop(crop_size), imgaug.Resize(final_size)]
+    ds = AugmentImageComponent(ds, augs)
+    ds = BatchData(ds, batch)
+    ds = MultiProcessRunnerZMQ(ds, 5)
+    return ds
+
+
+def test_dcgan_get_data(tmp_path):
+    for k in range(128):
+        _jpeg(tmp_path / f"{k}.jpg", 40 + k % 7, 48 + k % 5, k)
+    for (images,) in take(get_dcgan_data(str(tmp_path)), 2):
+        assert images.shape == (128, 64, 64, 3) and images.dtype == np.uint8
+
+
+# == section 11.6: examples/SuperResolution (data_sampler.py + enet-pat.py) =======================
+
+def test_super_resolution_lmdb_pipeline(tmp_path):
+    """data_sampler.py writes ``[uint8 array of JPEG bytes]`` datapoints to an LMDB; enet-pat.py
+    reads it shuffled, decodes with ``MapDataComponent(cv2.imdecode)`` and crops and flips."""
+    pytest.importorskip("lmdb")
+    from dataflow import DataFromList, LMDBSerializer
+    jpegs = []
+    for k in range(6):
+        _jpeg(tmp_path / f"{k}.jpg", 160 + 8 * k, 200, k)
+        jpegs.append([np.frombuffer((tmp_path / f"{k}.jpg").read_bytes(), np.uint8)])
+    db = str(tmp_path / "train.lmdb")
+    LMDBSerializer.save(DataFromList(jpegs, shuffle=False), db)
+    ds = LMDBSerializer.load(db, shuffle=True)
+    ds = MapDataComponent(ds, lambda buf: cv2.imdecode(buf, cv2.IMREAD_COLOR), index=0)
+    ds = AugmentImageComponent(ds, [imgaug.RandomCrop(128), imgaug.Flip(horiz=True)], index=0,
+                               copy=True)
+    out = take(ds, 10)
+    assert len(out) == 6
+    for (img,) in out:
+        assert img.shape == (128, 128, 3) and img.dtype == np.uint8
