@@ -556,3 +556,66 @@ def test_super_resolution_lmdb_pipeline(tmp_path):
     assert len(out) == 6
     for (img,) in out:
         assert img.shape == (128, 128, 3) and img.dtype == np.uint8
+
+
+# == section 11.1: docs/tutorial/efficient-dataflow.md ============================================
+
+def write_ilsvrc12_lmdb(datadir, path):
+    """The tutorial's LMDB writer: ILSVRC12Files subclassed to yield the JPEG bytes (as a uint8
+    array) and the label, run in one process by MultiProcessRunnerZMQ, saved with
+    LMDBSerializer."""
+    from dataflow import LMDBSerializer
+
+    class BinaryILSVRC12(dataset.ILSVRC12Files):
+        def __iter__(self):
+            for fname, label in super(BinaryILSVRC12, self).__iter__():
+                with open(fname, 'rb') as f:
+                    jpeg = f.read()
+                jpeg = np.asarray(bytearray(jpeg), dtype='uint8')
+                yield [jpeg, label]
+
+    ds0 = BinaryILSVRC12(datadir, 'train')
+    ds1 = MultiProcessRunnerZMQ(ds0, num_proc=1)
+    LMDBSerializer.save(ds1, path)
+    return ds1          # its worker lives on (the tutorial leaves it to the end of the script)
+
+
+def read_ilsvrc12_lmdb(path, augmentors, batch_size):
+    """The tutorial's reader: sequential LMDB read, local shuffle, decode, augment, batch."""
+    from dataflow import LMDBSerializer, LocallyShuffleData
+    ds = LMDBSerializer.load(path, shuffle=False)
+    ds = LocallyShuffleData(ds, 50000)
+    ds = MapDataComponent(ds, lambda x: cv2.imdecode(x, cv2.IMREAD_COLOR), 0)
+    ds = AugmentImageComponent(ds, augmentors)
+    ds = BatchData(ds, batch_size, use_list=True)
+    return ds
+
+
+@needs_dataset
+@pytest.mark.usefixtures("no_leaks")
+def test_efficient_dataflow_tutorial_lmdb_round_trip(tmp_path, monkeypatch):
+    pytest.importorskip("lmdb")
+    monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
+    datadir = make_ilsvrc12(tmp_path)                 # 12 training JPEGs in 3 classes
+    path = str(tmp_path / "ILSVRC-train.lmdb")
+    write_ilsvrc12_lmdb(datadir, path).close()
+    from dataflow import LMDBSerializer
+    stored = take(LMDBSerializer.load(path, shuffle=False), 20)
+    assert sorted(label for _, label in stored) == [0] * 4 + [1] * 4 + [2] * 4
+    with open(os.path.join(datadir, "train", WNIDS[0], f"{WNIDS[0]}_0.JPEG"), "rb") as f:
+        first = f.read()
+    assert any(jpeg.tobytes() == first for jpeg, _ in stored)     # the file's bytes, as is
+    del stored          # views of the LMDB file's map, which holds a file descriptor
+    # LocallyShuffleData never ends a pass (as tensorpack's): take the first 3 batches
+    batches = take(read_ilsvrc12_lmdb(path, [imgaug.Resize(224)], 4), 3)
+    for images, _ in batches:
+        assert len(images) == 4                       # use_list=True: lists, not arrays
+        assert all(im.shape == (224, 224, 3) and im.dtype == np.uint8 for im in images)
+    # the map variant of the tutorial: AugmentorList in MultiThreadMapData over ILSVRC12Files
+    augmentor = imgaug.AugmentorList([imgaug.Resize(224)])
+    ds0 = dataset.ILSVRC12Files(datadir, 'train', shuffle=True)
+    ds1 = MultiThreadMapData(
+        ds0, num_thread=2, buffer_size=1000,
+        map_func=lambda dp: [augmentor.augment(cv2.imread(dp[0], cv2.IMREAD_COLOR)), dp[1]])
+    images = take(BatchData(ds1, 4), 3)
+    assert [b[0].shape for b in images] == [(4, 224, 224, 3)] * 3
