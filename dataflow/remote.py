@@ -29,6 +29,7 @@ sending). Both ends therefore set glibc's malloc to keep freed memory in the pro
 freed heap kept); ``tune_malloc=False`` leaves the process's malloc as it is.
 """
 import sys
+import weakref
 
 import zmq
 
@@ -170,25 +171,32 @@ class RemoteDataZMQ(DataFlow):
             raise ValueError(f"RemoteDataZMQ: CURVE is for tcp:// endpoints; none in {addrs}")
         self.cnt1 = self.cnt2 = 0
         self._guard = DataFlowReentrantGuard()
-        self._active = []           # generators of iterations, for close()
+        # the running iterations, for close(); held weakly, so that an iteration its caller
+        # dropped is collected at once (its sockets closed), as tensorpack's is, and a new one
+        # can start
+        self._active = weakref.WeakSet()
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_active"] = []
+        del state["_active"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._active = weakref.WeakSet()
 
     def reset_state(self):
         self.cnt1 = self.cnt2 = 0
 
     def close(self):
         """End running iterations (their sockets are closed); idempotent."""
-        active, self._active = self._active, []
+        active, self._active = list(self._active), weakref.WeakSet()
         for gen in active:
             gen.close()
 
     def __iter__(self):
         gen = self._receive()
-        self._active = [g for g in self._active if g.gi_frame is not None] + [gen]
+        self._active.add(gen)
         return gen
 
     def _socket(self, ctx, addr):

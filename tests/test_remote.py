@@ -128,6 +128,26 @@ def test_two_addresses_count_per_address(no_leaks, ipc_addr):
     assert (df.cnt1, df.cnt2) == (seen[ipc_addr], seen[tcp])
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract ipc names are Linux's")
+def test_efficient_dataflow_tutorial_distributed_setup(no_leaks, monkeypatch):
+    """tensorpack's efficient-dataflow tutorial: a local sender on an abstract ipc name
+    (``ipc://@name``, no file), a remote one over tcp, one receiver bound to both, measured with
+    TestDataSpeed."""
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)     # tqdm's own monitor thread
+    local = f"ipc://@df-tutorial-{os.getpid()}-{os.urandom(4).hex()}"
+    tcp = free_tcp_addr()              # the tutorial binds tcp://0.0.0.0:8877; loopback here
+    with sender(local), sender(tcp, n=2):
+        df = RemoteDataZMQ(local, tcp)
+        D.TestDataSpeed(df, size=40, warmup=2).start()
+        assert df.cnt1 + df.cnt2 == 42                   # warm-up and measured datapoints
+        it = iter(df)                                    # both senders get through
+        while df.cnt1 < 1 or df.cnt2 < 1:
+            next(it)
+        it.close()
+        df.close()
+
+
 def test_receiver_has_no_length_and_is_not_reentrant(no_leaks, ipc_addr):
     df = RemoteDataZMQ(ipc_addr)
     with pytest.raises(NotImplementedError):
@@ -142,6 +162,23 @@ def test_receiver_has_no_length_and_is_not_reentrant(no_leaks, ipc_addr):
         with pytest.raises(StopIteration):
             next(it)
         dp = take(df, 1)[0]             # it can start again; what was queued is gone
+        assert_dp(dp, dp[0])
+
+
+def test_a_dropped_iteration_frees_the_receiver(no_leaks, ipc_addr):
+    """An iterator its caller drops is collected at once, its sockets closed, and a new iteration
+    can start (as with tensorpack's): what TestDataSpeed, or a loop left by ``break``, does."""
+    import pickle
+    df = RemoteDataZMQ(ipc_addr)
+    with sender(ipc_addr):
+        df.reset_state()
+        it = iter(df)
+        assert_dp(next(it), 0)
+        del it
+        dp = take(df, 1)[0]
+        assert_dp(dp, dp[0])
+        twin = pickle.loads(pickle.dumps(df))       # a copy starts with no iteration of its own
+        dp = take(twin, 1)[0]
         assert_dp(dp, dp[0])
 
 
