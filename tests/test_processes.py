@@ -415,9 +415,11 @@ def test_pool_stays_near_the_budget_when_results_are_dropped():
         del a
         assert seen == n
         pools = [w["pool_bytes"] for w in D.stats(df)["parallel"]["worker_stats"]]
-    assert len(pools) == 2
+    assert len(pools) == 2 and max(pools) > 0
     for pool in pools:
-        assert 0 < pool <= processes.SHM_BUDGET + 4 * size, pools
+        # 0 for a worker that got no work (a CI rehearsal with two suites on the 2 cores once
+        # started the second worker after the first had taken all 300 datapoints)
+        assert pool <= processes.SHM_BUDGET + 4 * size, pools
 
 
 def test_results_of_one_chunk_split_across_messages_arrive_whole_and_in_order():
