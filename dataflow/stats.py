@@ -111,13 +111,25 @@ class StageStats:
 
 
 def _stage_stats(df, create=True):
+    # object's own attribute access, not df.__dict__: reading __dict__ turns the instance's
+    # inline attribute values into a real dict on CPython 3.11, after which every self.x in the
+    # dataflow's own loop takes the slow, unspecialized path (one per datapoint in BatchData).
+    # Not getattr(df, ...) either: a proxy's __getattr__ would hand over its input's figures.
     try:
-        st = df.__dict__.get("_dfstats")
-    except AttributeError:          # no __dict__
+        return _get_attribute(df, "_dfstats")
+    except AttributeError:
+        pass
+    if not create:
         return None
-    if st is None and create:
-        st = df.__dict__["_dfstats"] = StageStats()
+    st = StageStats()
+    try:
+        _set_attribute(df, "_dfstats", st)
+    except AttributeError:          # no __dict__ (__slots__)
+        return None
     return st
+
+
+_get_attribute, _set_attribute = object.__getattribute__, object.__setattr__
 
 
 # The selectors of ``compress``: each datapoint of a block takes one True, and the number taken
