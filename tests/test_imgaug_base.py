@@ -442,6 +442,30 @@ def test_serial_map_output_does_not_depend_on_the_augmentors_own_rng():
         np.testing.assert_array_equal(x, y)
 
 
+class _NoDictAccess(imgaug.Brightness):
+    """An augmentor whose ``__dict__`` must not be read: reading it turns the instance's inline
+    attribute values into a real dict (CPython 3.11-3.13), after which every ``self.x`` in
+    ``get_transform`` takes the slow lookup."""
+
+    @property
+    def __dict__(self):
+        raise AssertionError("the augmentor's __dict__ was read")
+
+
+def test_the_rng_leaves_the_instance_dict_alone():
+    aug = _NoDictAccess(30)
+    aug.reset_state()
+    img = img_u8()
+    assert aug.augment(img).shape == img.shape                     # its own rng
+    aug.rng = np.random.RandomState(1)
+    first = aug.augment(img)
+    aug.rng = np.random.RandomState(1)
+    np.testing.assert_array_equal(aug.augment(img), first)
+    ds = MapData(DataFromList([[img]] * 2, shuffle=False), lambda dp: [aug.augment(dp[0])])
+    ds.reset_state()
+    assert len(list(ds)) == 2                                      # the datapoint's stream
+
+
 def _child_draw(aug, conn):
     conn.send(int(aug.rng.randint(2**31)))
     conn.close()

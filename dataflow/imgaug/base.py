@@ -178,21 +178,27 @@ class ImageAugmentor:
         self.reset_state()
 
     # -- randomness ------------------------------------------------------------------------
+    # This augmentor's own RandomState, made at first use, and the process that made it (a
+    # forked child reseeds). Plain attributes with class defaults, never self.__dict__: reading
+    # __dict__ turns an instance's inline attribute values into a real dict, and every
+    # self.x in get_transform then takes the slow lookup (CPython 3.11-3.13).
+    _own_rng = None
+    _own_rng_pid = None
+
     @property
     def rng(self):
         """The datapoint's ``RandomState`` inside a map, else this augmentor's own."""
         if _local.slot[0] is not None:
             return _rng.datapoint_random_state()
-        d = self.__dict__
-        own = d.get("_own_rng")
-        if own is None or d["_own_rng_pid"] != _pid:
+        own = self._own_rng
+        if own is None or self._own_rng_pid != _pid:
             own = self._reseed()
         return own
 
     @rng.setter
     def rng(self, value):
-        self.__dict__["_own_rng"] = value
-        self.__dict__["_own_rng_pid"] = _pid
+        self._own_rng = value
+        self._own_rng_pid = _pid
 
     def _reseed(self):
         self.rng = own = _rng.get_rng(self)
