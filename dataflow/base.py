@@ -94,6 +94,23 @@ class DataFlowReentrantGuard:
         return False
 
 
+def restore_attributes(obj, state):
+    """Set the attributes of ``obj`` from a pickled ``state``: a dict, or pickle's
+    ``(dict or None, slot values)`` pair, as ``object.__reduce_ex__`` makes them. Used by the
+    ``__setstate__`` of :class:`DataFlow` and of the augmentors (see there for why)."""
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    for part in (state, slots):
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            raise TypeError(f"{type(obj).__name__}: cannot restore a pickled state of type "
+                            f"{type(part).__name__} (expected a dict)")
+        for name, value in part.items():
+            object.__setattr__(obj, name, value)
+
+
 def _adopt_old_names(cls):
     """tensorpack's dataflows were once written with ``get_data()`` and ``size()``; a subclass
     that defines those and not ``__iter__``/``__len__`` gets them as ``__iter__``/``__len__``,
@@ -140,6 +157,14 @@ class DataFlow:
 
     def __iter__(self):
         raise NotImplementedError
+
+    # A copy made by pickle (a worker's, under spawn or forkserver) or by copy.copy gets its
+    # attributes one by one. pickle's default writes them into the copy's __dict__, and reading
+    # __dict__ turns an instance's inline attribute values into a real dict (CPython 3.11 and
+    # 3.12), after which every self.x in the copy's own loops takes the slow, unspecialized
+    # lookup (~300 instructions per datapoint in BatchData).
+    def __setstate__(self, state):
+        restore_attributes(self, state)
 
     def __len__(self):
         """The number of datapoints of one pass. Raises :class:`UnknownLengthError` (a

@@ -182,7 +182,7 @@ class RemoteDataZMQ(DataFlow):
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._active = weakref.WeakSet()
 
     def reset_state(self):

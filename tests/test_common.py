@@ -664,3 +664,40 @@ def test_exported_from_package():
                  "ConcatData", "JoinData", "SelectComponent", "LocallyShuffleData", "CacheData",
                  "PrintData", "TestDataSpeed"]:
         assert getattr(dataflow, name).__module__ == "dataflow.common"
+
+
+# -- copies keep inline attributes -----------------------------------------------------------------
+class _NoDictRead(DataFlow):
+    """A dataflow whose ``__dict__`` must not be read. pickle's default restore (and
+    ``copy.copy``'s) writes the attributes into ``__dict__``, which turns the copy's inline
+    attribute values into a real dict (CPython 3.11/3.12), after which every ``self.x`` of its
+    loops takes the slow lookup."""
+
+    def __init__(self, n):
+        self.n = n
+        self.label = "inline"
+
+    @property
+    def __dict__(self):
+        raise AssertionError("the copy's __dict__ was read")
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i, self.label]
+
+    def __len__(self):
+        return self.n
+
+
+def test_copies_restore_attributes_without_reading_the_instance_dict():
+    import copy
+    import pickle
+    df = _NoDictRead(3)
+    for dup, batches in ((pickle.loads(pickle.dumps(df)), 3), (copy.copy(df), 3),
+                         (copy.deepcopy(df), 3),
+                         (pickle.loads(pickle.dumps(BatchData(df, 2, remainder=True))), 2)):
+        dup.reset_state()
+        assert len(list(dup)) == batches
+    copied = pickle.loads(pickle.dumps(df))
+    assert (copied.n, copied.label) == (3, "inline")
+    assert list(copied) == [[0, "inline"], [1, "inline"], [2, "inline"]]

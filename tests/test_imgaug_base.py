@@ -464,6 +464,8 @@ def test_the_rng_leaves_the_instance_dict_alone():
     ds = MapData(DataFromList([[img]] * 2, shuffle=False), lambda dp: [aug.augment(dp[0])])
     ds.reset_state()
     assert len(list(ds)) == 2                                      # the datapoint's stream
+    copied = pickle.loads(pickle.dumps(aug))                       # a worker's copy
+    assert copied.augment(img).shape == img.shape
 
 
 def _child_draw(aug, conn):

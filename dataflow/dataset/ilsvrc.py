@@ -231,7 +231,7 @@ class ILSVRC12(ILSVRC12Files):
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._cv2 = require("cv2", "ILSVRC12")
 
     def _get(self, k):
@@ -279,7 +279,7 @@ class TinyImageNet(IndexedDataset):
     __getstate__ = ILSVRC12.__getstate__
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._cv2 = require("cv2", "TinyImageNet")
 
     def __len__(self):

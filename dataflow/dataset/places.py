@@ -43,7 +43,7 @@ class Places365Standard(IndexedDataset):
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._cv2 = require("cv2", "Places365Standard")
 
     def get_label_names(self):

@@ -45,6 +45,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import rng as _rng
+from ..base import restore_attributes
 from .transform import BaseTransform, LazyTransform, PhotometricTransform, TransformList, \
     default_repr
 
@@ -184,6 +185,11 @@ class ImageAugmentor:
     # self.x in get_transform then takes the slow lookup (CPython 3.11-3.13).
     _own_rng = None
     _own_rng_pid = None
+
+    def __setstate__(self, state):
+        # a worker's copy (spawn, forkserver, Ray): attributes one by one, for the same reason
+        # (see DataFlow.__setstate__)
+        restore_attributes(self, state)
 
     @property
     def rng(self):
