@@ -523,3 +523,24 @@ def test_normalize_then_hwc2chw_errors_are_those_of_the_pair():
         Compose([Normalize(1.0, 2.0), HWC2CHW()])(np.zeros((4, 4), np.uint8))
     # different indexes: not merged
     assert len(Compose([Normalize(1.0, 2.0, index=0), HWC2CHW(index=1)])._steps) == 2
+
+
+class _NoDictRead(dataflow.ops.Op):
+    """An op whose ``__dict__`` must not be read: pickle's default restore writes a worker's
+    copy's attributes into ``__dict__``, turning its inline values into a real dict (CPython
+    3.11/3.12), and every ``self.index`` of ``__call__`` then takes the slow lookup."""
+
+    native = True
+
+    @property
+    def __dict__(self):
+        raise AssertionError("the op's __dict__ was read")
+
+    def apply(self, value):
+        return value + 1
+
+
+def test_a_pickled_op_restores_its_attributes_without_reading_its_dict():
+    copied = pickle.loads(pickle.dumps(_NoDictRead(index=1)))
+    assert copied.index == 1
+    assert copied([0, 1]) == [0, 2]

@@ -11,6 +11,8 @@ import types
 from collections.abc import Mapping
 from copy import copy
 
+from ..base import restore_attributes
+
 __all__ = ["native", "is_native", "op_name", "Op", "Compose", "Lambda", "fuse"]
 
 _MARK = "__dataflow_native__"
@@ -120,6 +122,10 @@ class Op:
     def apply(self, value):
         """Transform one value (what the op does with ``index=None``)."""
         raise NotImplementedError
+
+    def __setstate__(self, state):
+        # a worker's copy: attributes one by one (see DataFlow.__setstate__)
+        restore_attributes(self, state)
 
     def __call__(self, dp):
         if self.index is None:
