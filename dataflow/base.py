@@ -97,7 +97,8 @@ class DataFlowReentrantGuard:
 def restore_attributes(obj, state):
     """Set the attributes of ``obj`` from a pickled ``state``: a dict, or pickle's
     ``(dict or None, slot values)`` pair, as ``object.__reduce_ex__`` makes them. Used by the
-    ``__setstate__`` of :class:`DataFlow` and of the augmentors (see there for why)."""
+    ``__setstate__`` of :class:`DataFlow` (see there for why), of the augmentors and of the
+    ops."""
     slots = None
     if isinstance(state, tuple) and len(state) == 2:
         state, slots = state

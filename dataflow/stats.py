@@ -112,8 +112,8 @@ class StageStats:
 
 def _stage_stats(df, create=True):
     # object's own attribute access, not df.__dict__: reading __dict__ turns the instance's
-    # inline attribute values into a real dict on CPython 3.11, after which every self.x in the
-    # dataflow's own loop takes the slow, unspecialized path (one per datapoint in BatchData).
+    # inline attribute values into a real dict (CPython 3.11-3.13), after which every self.x in
+    # the dataflow's own loop takes the slow, unspecialized path (one per datapoint in BatchData).
     # Not getattr(df, ...) either: a proxy's __getattr__ would hand over its input's figures.
     try:
         return _get_attribute(df, "_dfstats")
