@@ -467,17 +467,27 @@ def _main(args, previous_pins, data_notes):
     return 0
 
 
-def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unavailable=None):
-    """Workload by workload; within it, repeat by repeat, every system once (A B A B ...)."""
-    q = 1 if args.quick else 0
+def run_plan(workloads, repeats, systems, workers):
+    """The runs, in order, as ``(workload, repeat, system, workers)``: workload by workload;
+    within it, repeat by repeat, every system once, in the given order on even repeats and in
+    the reverse order on odd ones (A B C, C B A, A B C ...). So no system always runs right after
+    the same one: a run can leave the machine slower for the next (memory just freed, caches,
+    a process group still ending), and a fixed order would charge that to one system."""
     plan = []
-    for w in args.workloads:
-        for r in range(args.repeats):
-            for s in systems:
+    for w in workloads:
+        for r in range(repeats):
+            for s in (systems if r % 2 == 0 else systems[::-1]):
                 if not applies(s, w):
                     continue
-                counts = sorted({workers_of(s, n) for n in args.workers}, key=str)
+                counts = sorted({workers_of(s, n) for n in workers}, key=str)
                 plan.extend((w, r, s, n) for n in counts)
+    return plan
+
+
+def measure_all(args, systems, servers, timeout, teardown_cap, exit_grace, unavailable=None):
+    """Run :func:`run_plan`'s runs."""
+    q = 1 if args.quick else 0
+    plan = run_plan(args.workloads, args.repeats, list(systems), args.workers)
     progress = Progress(len(plan))
     runs = []
     given_up = dict(unavailable or {})     # (workload, system) -> why no (more) runs

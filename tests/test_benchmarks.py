@@ -130,3 +130,20 @@ def test_measured_window_lasts_the_minimum_time_and_count(monkeypatch):
         assert harness.count_limit(w) == harness.COUNTS[w][0]
     assert harness.count_limit(1) == harness.COUNTS[1][0] * harness.EXTEND_LIMIT
     assert harness.count_limit(1, quick=True) == harness.COUNTS[1][1]
+
+
+def test_systems_run_in_alternating_directions_repeat_by_repeat():
+    plan = harness.run_plan([1, 2], 3, ["dataflow-serial", "tensorpack-serial", "torch-serial"],
+                            [2])
+    order = [(w, r, s) for w, r, s, _ in plan]
+    forward = ["dataflow-serial", "tensorpack-serial", "torch-serial"]
+    expected = [(w, r, s) for w in (1, 2) for r in range(3)
+                for s in (forward if r % 2 == 0 else forward[::-1])]
+    assert order == expected
+    # no system always follows the same one within a workload
+    for w in (1, 2):
+        runs = [s for ww, _, s in order if ww == w]
+        before = {}
+        for prev, cur in zip(runs, runs[1:]):
+            before.setdefault(cur, set()).add(prev)
+        assert all(len(p) > 1 for p in before.values()), before
