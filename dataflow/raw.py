@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
+from .stats import Counted as _Counted
 from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
@@ -179,7 +180,10 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
             # (when the iterator is exhausted, as the generator of _one_pass would), all in C:
             # no Python frame is resumed per datapoint.
             self._live = it = iter(lst[start:]) if start else iter(lst)
-            return itertools.chain(it, iter(self._finish_pass, None))
+            out = _Counted(it, iter(self._finish_pass, None))
+            n = len(lst) - start
+            out.count = lambda: n - it.__length_hint__()     # the list iterator says it
+            return out
         return self._one_pass(p, start)
 
     def _finish_pass(self):

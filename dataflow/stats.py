@@ -17,6 +17,10 @@ drawn at random (mean up to 1023) and shrink for slow stages, where timing every
 nothing in comparison. So times are estimates; counts are exact; recording costs a few percent
 on the tiniest maps and nothing measurable on real ones (figures in docs/measurements.md).
 
+A stage that can say how many datapoints it has yielded returns a :class:`Counted` chain (an
+in-order ``DataFromList`` over a list reads its list iterator's position): nothing is put around
+it, its count stays exact, and it is not timed (its time shows in the stage that reads it).
+
 Parallel dataflows (:class:`~dataflow.parallel.mapper.ParallelMapData` and the ``MapData`` /
 ``BatchData`` that run one) add, in ``"parallel"``: the workers and the busy fraction of each,
 how long the consumer waited for results, the occupancy of the buffer, errors skipped and
@@ -103,7 +107,12 @@ class StageStats:
         n = 0
         for state in list(self.live.values()):
             done, sel = state
-            n += done if sel is None else done + _NTRUES - sel.__length_hint__()
+            if sel is None:
+                n += done
+            elif callable(sel):                    # a Counted iteration's own count
+                n += done + sel()
+            else:                                  # the selector of a block in progress
+                n += done + _NTRUES - sel.__length_hint__()
         return n
 
     def total(self):
@@ -155,6 +164,30 @@ class _Iteration(itertools.chain):
         close = getattr(self._inner, "close", None)
         if close is not None:
             close()
+
+
+class Counted(itertools.chain):
+    """What a dataflow whose ``__iter__`` can say how many datapoints it has yielded returns:
+    ``Counted(*iterables)`` is a ``chain`` (C) of them, and ``count`` (set by the dataflow) a
+    function giving the number yielded so far. Recording then puts no iterator around it (three
+    C steps fewer per datapoint, about 150 instructions): its count stays exact, but the stage is
+    not timed (its ``time_s`` stays 0, so its time shows in the stage that reads it). For stages
+    whose ``next()`` is a C iterator's, such as an in-order ``DataFromList``. ``close()`` ends
+    the iteration's figures at once (otherwise when it is collected)."""
+
+    __slots__ = ("count", "_finish", "__weakref__")
+
+    def close(self):
+        finish = getattr(self, "_finish", None)
+        if finish is not None:
+            finish()
+
+
+def _finish_counted(st, state, count):
+    """The end of a Counted iteration: its count joins ``produced``."""
+    if st.live.pop(id(state), None) is not None:
+        st.produced += count()
+        st.last = time.perf_counter()
 
 
 def _segments(it, st, state, pc=time.perf_counter, islice=itertools.islice,
@@ -238,6 +271,12 @@ def _record(df, it):
     if st.first is None:
         st.first = time.perf_counter()
     state = [0, None]
+    if type(it) is Counted:              # the stage counts itself: nothing around it
+        count = it.count
+        state[1] = count
+        st.live[id(state)] = state
+        it._finish = weakref.finalize(it, _finish_counted, st, state, count)
+        return it
     st.live[id(state)] = state
     seg = _segments(it, st, state)
     out = _Iteration.from_iterable(seg)

@@ -429,3 +429,26 @@ def test_recording_leaves_the_instance_dict_alone():
     assert D.stats(df)["passes"] == 1
     D.reset_stats(df)
     assert D.stats(df)["produced"] == 0
+
+
+def test_an_in_order_list_source_counts_itself():
+    """An in-order DataFromList over a list says how far it is (its list iterator's length
+    hint), so recording puts no iterator around it: counts stay exact, the stage is not timed."""
+    df = numbers(10)
+    df.reset_state()
+    it = iter(df)
+    assert type(it) is S.Counted
+    assert [next(it) for _ in range(3)] == [[0], [1], [2]]
+    assert D.stats(df)["produced"] == 3 and D.stats(df)["running"]
+    it.close()                                   # figures written at once, not at collection
+    assert D.stats(df)["produced"] == 3 and not D.stats(df)["running"]
+    del it
+    assert D.stats(df)["produced"] == 3          # not counted twice
+    m = D.MapData(df, drop_odd)
+    assert len(list(m)) == 5
+    tree = D.stats(m)
+    assert tree["produced"] == 5 and node(tree, "0.0")["produced"] == 13
+    assert node(tree, "0.0")["time_s"] == 0.0    # untimed: its time is the map's
+    shuffled = D.DataFromList([[i] for i in range(4)], shuffle=True)
+    shuffled.reset_state()
+    assert type(iter(shuffled)) is not S.Counted  # a generator: wrapped and timed as before
