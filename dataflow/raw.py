@@ -175,16 +175,32 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         # unstarted (by JoinData, say) counts as a pass, resumed or not
         p, start = self._begin_pass()
         lst = self.lst
-        if not self.shuffle and isinstance(lst, (list, tuple)):
-            # In order over a list: the list's own iterator, then a call that ends the pass
-            # (when the iterator is exhausted, as the generator of _one_pass would), all in C:
-            # no Python frame is resumed per datapoint.
-            self._live = it = iter(lst[start:]) if start else iter(lst)
-            out = _Counted(it, iter(self._finish_pass, None))
+        if isinstance(lst, (list, tuple)):
+            # Over a list: the list's own iterator (in order) or the list's items at the indices
+            # of the pass's permutation (shuffled), then a call that ends the pass (when the
+            # iterator is exhausted, as the generator of _one_pass would), all in C: no Python
+            # frame is resumed per datapoint. The iterator in self._live says how many
+            # datapoints of the pass are left (the position, and the statistics' count).
+            if self.shuffle:
+                self._live = it = iter(self._permutation(p)[start:])
+                items = map(lst.__getitem__, it)
+            else:
+                self._live = it = items = iter(lst[start:]) if start else iter(lst)
+            out = _Counted(items, iter(self._finish_pass, None))
             n = len(lst) - start
-            out.count = lambda: n - it.__length_hint__()     # the list iterator says it
+            out.count = lambda: n - it.__length_hint__()
             return out
         return self._one_pass(p, start)
+
+    def _permutation(self, p):
+        """The order of pass ``p``, as a list of indices (see the class doc)."""
+        lst = self.lst
+        if self._base is None:
+            self._base = int(_require_rng(self).randint(2**31))
+        key = (self._base, p, len(lst))
+        if self._perm is None or self._perm[0] != key:   # kept: a resume seeks often
+            self._perm = (key, _ckpt.keyed_permutation(self._base, p, len(lst)).tolist())
+        return self._perm[1]
 
     def _finish_pass(self):
         """The end of an in-order pass over a list (see __iter__); returns None, the sentinel
@@ -193,22 +209,17 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         self._end_pass()
 
     def _one_pass(self, p, start):
-        # (An in-order pass over a list or tuple is __iter__'s chain.)
-        # The position is not stored per datapoint (that costs a measurable share of a cheap
-        # pipeline): it is read from the iterator in self._live, whose __length_hint__ (PEP
-        # 424) says how many datapoints of the pass are left.
+        # A sequence other than a list or tuple (a pass over a list is __iter__'s chain).
+        # The position of a shuffled pass is not stored per datapoint (that costs a measurable
+        # share of a cheap pipeline): it is read from the iterator in self._live, whose
+        # __length_hint__ (PEP 424) says how many datapoints of the pass are left.
         lst = self.lst
-        if not self.shuffle:                      # a sequence other than a list or tuple
+        if not self.shuffle:
             for k in range(start, len(lst)):
                 self._pos = k + 1
                 yield lst[k]
         else:
-            if self._base is None:
-                self._base = int(_require_rng(self).randint(2**31))
-            key = (self._base, p, len(lst))
-            if self._perm is None or self._perm[0] != key:   # kept: a resume seeks often
-                self._perm = (key, _ckpt.keyed_permutation(self._base, p, len(lst)).tolist())
-            self._live = it = iter(self._perm[1][start:])
+            self._live = it = iter(self._permutation(p)[start:])
             for k in it:
                 yield lst[k]
         self._live = None

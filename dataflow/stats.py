@@ -17,8 +17,8 @@ drawn at random (mean up to 1023) and shrink for slow stages, where timing every
 nothing in comparison. So times are estimates; counts are exact; recording costs a few percent
 on the tiniest maps and nothing measurable on real ones (figures in docs/measurements.md).
 
-A stage that can say how many datapoints it has yielded returns a :class:`Counted` chain (an
-in-order ``DataFromList`` over a list reads its list iterator's position): nothing is put around
+A stage that can say how many datapoints it has yielded returns a :class:`Counted` chain (a
+``DataFromList`` over a list reads its iterator's position): nothing is put around
 it, its count stays exact, and it is not timed (its time shows in the stage that reads it).
 
 Parallel dataflows (:class:`~dataflow.parallel.mapper.ParallelMapData` and the ``MapData`` /
@@ -172,7 +172,7 @@ class Counted(itertools.chain):
     function giving the number yielded so far. Recording then puts no iterator around it (three
     C steps fewer per datapoint, about 150 instructions): its count stays exact, but the stage is
     not timed (its ``time_s`` stays 0, so its time shows in the stage that reads it). For stages
-    whose ``next()`` is a C iterator's, such as an in-order ``DataFromList``. ``close()`` ends
+    whose ``next()`` is a C iterator's, such as a ``DataFromList`` over a list. ``close()`` ends
     the iteration's figures at once (otherwise when it is collected)."""
 
     __slots__ = ("count", "_finish", "__weakref__")

@@ -431,9 +431,10 @@ def test_recording_leaves_the_instance_dict_alone():
     assert D.stats(df)["produced"] == 0
 
 
-def test_an_in_order_list_source_counts_itself():
-    """An in-order DataFromList over a list says how far it is (its list iterator's length
-    hint), so recording puts no iterator around it: counts stay exact, the stage is not timed."""
+def test_a_list_source_counts_itself():
+    """A DataFromList over a list says how far it is (the length hint of its list iterator, or
+    of its permutation's), so recording puts no iterator around it: counts stay exact, the stage
+    is not timed."""
     df = numbers(10)
     df.reset_state()
     it = iter(df)
@@ -449,6 +450,15 @@ def test_an_in_order_list_source_counts_itself():
     tree = D.stats(m)
     assert tree["produced"] == 5 and node(tree, "0.0")["produced"] == 13
     assert node(tree, "0.0")["time_s"] == 0.0    # untimed: its time is the map's
-    shuffled = D.DataFromList([[i] for i in range(4)], shuffle=True)
+    shuffled = D.DataFromList([[i] for i in range(40)], shuffle=True)
     shuffled.reset_state()
-    assert type(iter(shuffled)) is not S.Counted  # a generator: wrapped and timed as before
+    it = iter(shuffled)
+    assert type(it) is S.Counted                 # the items at the permutation's indices
+    first = [next(it) for _ in range(7)]
+    assert D.stats(shuffled)["produced"] == 7
+    assert sorted(first + list(it)) == [[i] for i in range(40)]
+    assert D.stats(shuffled)["produced"] == 40
+    other = D.DataFromList(range(5), shuffle=False)  # not a list: a generator, wrapped and timed
+    other.reset_state()
+    assert type(iter(other)) is not S.Counted
+    assert list(other) == [0, 1, 2, 3, 4] and D.stats(other)["produced"] == 5
