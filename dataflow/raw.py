@@ -1,14 +1,13 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
 
 from . import checkpoint as _ckpt
-from .stats import Counted as _Counted
 from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
+from .stats import Counted as _Counted
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
 
