@@ -183,10 +183,11 @@ class Counted(itertools.chain):
             finish()
 
 
-def _finish_counted(st, state, count):
-    """The end of a Counted iteration: its count joins ``produced``."""
+def _finish_counted(st, state):
+    """The end of a Counted iteration (``state[1]`` is its count): the count joins
+    ``produced``."""
     if st.live.pop(id(state), None) is not None:
-        st.produced += count()
+        st.produced += state[1]()
         st.last = time.perf_counter()
 
 
@@ -270,14 +271,12 @@ def _record(df, it):
     st.passes += 1
     if st.first is None:
         st.first = time.perf_counter()
-    state = [0, None]
-    if type(it) is Counted:              # the stage counts itself: nothing around it
-        count = it.count
-        state[1] = count
-        st.live[id(state)] = state
-        it._finish = weakref.finalize(it, _finish_counted, st, state, count)
-        return it
+    counted = type(it) is Counted        # the stage counts itself: nothing around it
+    state = [0, it.count if counted else None]
     st.live[id(state)] = state
+    if counted:
+        it._finish = weakref.finalize(it, _finish_counted, st, state)
+        return it
     seg = _segments(it, st, state)
     out = _Iteration.from_iterable(seg)
     out._segments = seg
