@@ -442,6 +442,19 @@ def test_to_uint8_and_to_float32():
     np.testing.assert_array_equal(out, u8)
 
 
+def test_to_uint8_and_to_float32_always_give_a_new_array():
+    # as 0.11 (clip/astype copy): an in-place augmentor after them never writes into the input
+    u8, f32 = image(), image().astype(np.float32)
+    for aug, img in ((imgaug.ToUint8(), u8), (imgaug.ToFloat32(), f32)):
+        out = aug.augment(img)
+        assert out is not img and not np.shares_memory(out, img)
+        np.testing.assert_array_equal(out, img)
+    before = u8.copy()
+    imgaug.AugmentorList([imgaug.ToUint8(), imgaug.SaltPepperNoise(white_prob=0.5,
+                                                                   black_prob=0.5)]).augment(u8)
+    np.testing.assert_array_equal(u8, before)
+
+
 # -- noise ----------------------------------------------------------------------------------------
 def test_jpeg_noise_equals_an_encode_decode_round_trip():
     img = image(64, 64)
@@ -592,3 +605,23 @@ def test_mean_variance_normalize_float_layouts(shape, dtype):
     f = img.astype(np.float64)
     out = imgaug.MeanVarianceNormalize().augment(img)
     np.testing.assert_allclose(out, (f - f.mean()) / f.std(), rtol=1e-4, atol=1e-4)
+
+
+def test_contrast_with_rgb_takes_one_mean_of_a_2d_image():
+    # as 0.11: ``rgb`` names the channel order of a colour image; a grey one has one mean
+    grey = image(c=None)
+    for rgb in (True, False, None):
+        aug = imgaug.Contrast((0.5, 0.5), rgb=rgb)
+        out = aug.augment(grey)
+        expected = np.clip(np.rint(grey * 0.5 + grey.mean() * 0.5), 0, 255)
+        assert out.shape == grey.shape and out.dtype == np.uint8
+        np.testing.assert_array_equal(out, expected)
+    with pytest.raises(ValueError, match="3-channel"):
+        imgaug.Contrast((0.5, 0.5), rgb=True).augment(image(c=1))
+
+
+def test_sizes_given_as_floats_are_whole_pixels_as_in_tensorpack():
+    img = image(30, 40)
+    assert imgaug.ResizeShortestEdge(20.0).augment(img).shape == (20, 27, 3)
+    assert imgaug.RandomCrop((10.0, 12.0)).augment(img).shape == (10, 12, 3)
+    assert imgaug.RandomCrop((10, 12)).crop_shape == (10, 12)

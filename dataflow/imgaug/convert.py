@@ -49,8 +49,9 @@ class Grayscale(ColorSpace):
 
 
 class ToUint8(PhotometricAugmentor):
-    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack); a uint8 image is
-    returned as is."""
+    """``clip(img, 0, 255).astype(uint8)`` (truncating, as tensorpack): always a new array, a
+    copy for a uint8 image (as 0.11, so that an in-place augmentor after it never writes into
+    the input)."""
 
     native = True
 
@@ -58,11 +59,11 @@ class ToUint8(PhotometricAugmentor):
         super().__init__()
 
     def _augment(self, img, _):
-        return to_uint8(img)
+        return img.copy() if img.dtype == np.uint8 else to_uint8(img)
 
 
 class ToFloat32(PhotometricAugmentor):
-    """``img.astype(float32)``; a float32 image is returned as is."""
+    """``img.astype(float32)``: always a new array, a copy for a float32 image (as 0.11)."""
 
     native = True
 
@@ -70,4 +71,4 @@ class ToFloat32(PhotometricAugmentor):
         super().__init__()
 
     def _augment(self, img, _):
-        return img.astype(np.float32, copy=False)
+        return img.astype(np.float32)

@@ -25,7 +25,8 @@ class RandomCrop(ImageAugmentor):
 
     def __init__(self, crop_shape):
         super().__init__()
-        crop_shape = shape2d(crop_shape)
+        h, w = shape2d(crop_shape)
+        crop_shape = (int(h), int(w))
         self._init(locals())
 
     def get_transform(self, img):

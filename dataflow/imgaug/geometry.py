@@ -124,10 +124,15 @@ class RotationAndCropValid(ImageAugmentor):
 
 
 class Affine(ImageAugmentor):
-    """A random affine warp about the image centre: scale in ``scale = (low, high)``,
-    translation up to ``translate_frac = (fx, fy)`` of the size, rotation in
-    ``±rotate_max_deg`` degrees and shear in ``±shear`` degrees (``shear >= 0``). The output
-    has the input's size. ``scale`` and ``translate_frac`` may be tuples or lists."""
+    """A random affine warp about the image centre ``c = (w, h) / 2 - 0.5``, with tensorpack's
+    parameters, draws and matrix: ``scale`` in ``(low, high)``, a shift of up to
+    ``translate_frac = (fx, fy)`` of the size (whole pixels), a shear angle ``s`` in ``±shear``
+    degrees (``shear >= 0``) and a rotation in ``±rotate_max_deg`` degrees, drawn in that
+    order (the rotation always, as 0.11 does). The matrix is ``cv2.getRotationMatrix2D(c, deg,
+    scale)`` whose second column (the image of the y axis) is turned by ``s`` (``col1 ->
+    col1 * cos(s) + col0 * sin(s)``) with the offset recomputed to keep ``c`` in place, then
+    shifted. The output has the input's size. ``scale`` and ``translate_frac`` may be tuples or
+    lists (0.11 took tuples only)."""
 
     native = True
 
@@ -151,18 +156,19 @@ class Affine(ImageAugmentor):
             dy = float(np.round(self._rand_range(-max_dy, max_dy)))
         else:
             dx = dy = 0.0
-        deg = float(self._rand_range(-self.rotate_max_deg, self.rotate_max_deg)) \
-            if self.rotate_max_deg > 0 else 0.0
-        shear = float(self._rand_range(-self.shear, self.shear)) if self.shear > 0 else 0.0
+        shear = float(self._rand_range(-self.shear, self.shear)) if self.shear > 0 else None
+        deg = float(self._rand_range(-self.rotate_max_deg, self.rotate_max_deg))
 
         cx, cy = w * 0.5 - 0.5, h * 0.5 - 0.5
-        m = np.eye(3)
-        m[:2] = rotation_matrix((cx, cy), deg, scale)
-        if shear:
-            # x' = x + tan(shear) * (y - cy): a horizontal shear that keeps the centre fixed
-            t = math.tan(math.radians(shear))
-            m = np.array([[1, t, -t * cy], [0, 1, 0], [0, 0, 1]]) @ m
+        m = rotation_matrix((cx, cy), deg, scale)
+        if shear is not None:
+            sin_s, cos_s = math.sin(math.radians(shear)), math.cos(math.radians(shear))
+            m00, m10 = m[0, 0], m[1, 0]
+            m[0, 1] = m[0, 1] * cos_s + m00 * sin_s
+            m[1, 1] = m[1, 1] * cos_s + m10 * sin_s
+            # the offset that keeps the centre where it was
+            m[0, 2] = cx * (1.0 - m00) - cy * m[0, 1]
+            m[1, 2] = -cx * m10 + cy * (1.0 - m[1, 1])
         m[0, 2] += dx
         m[1, 2] += dy
-        return WarpAffineTransform(m[:2].astype(np.float32), (w, h), self.interp, self.border,
-                                   self.border_value)
+        return WarpAffineTransform(m, (w, h), self.interp, self.border, self.border_value)

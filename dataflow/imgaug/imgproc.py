@@ -197,8 +197,9 @@ class BrightnessScale(PhotometricAugmentor):
 
 class Contrast(PhotometricAugmentor):
     """``img * r + mean * (1 - r)`` with ``r`` random in ``factor_range``. The mean is per
-    channel when ``rgb`` is None (a scalar for a 2-D image), else the mean of the grey image
-    (``rgb``: RGB or BGR input, 3 channels). Clip as :class:`Brightness`."""
+    channel when ``rgb`` is None, else the mean of the grey image (``rgb``: RGB or BGR input,
+    3 channels); a 2-D image has one mean whatever ``rgb`` says (as in 0.11). Clip as
+    :class:`Brightness`."""
 
     native = True
 
@@ -212,7 +213,7 @@ class Contrast(PhotometricAugmentor):
     def _augment(self, img, r):
         r = float(r)
         means = channel_means(img)
-        if self.rgb is not None:
+        if self.rgb is not None and img.ndim == 3:
             _need_3_channels(img, "Contrast(rgb=...)")
             means = float(np.dot(_grey_weights(self.rgb), means))
         return channel_affine(img, _diag(_channels(img), r, means * (1 - r)), self.clip)

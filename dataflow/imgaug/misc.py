@@ -68,6 +68,7 @@ class ResizeShortestEdge(ImageAugmentor):
 
     def __init__(self, size, interp=INTER_LINEAR):
         super().__init__()
+        size = int(size)
         self._init(locals())
 
     def get_transform(self, img):
