@@ -625,3 +625,14 @@ def test_sizes_given_as_floats_are_whole_pixels_as_in_tensorpack():
     assert imgaug.ResizeShortestEdge(20.0).augment(img).shape == (20, 27, 3)
     assert imgaug.RandomCrop((10.0, 12.0)).augment(img).shape == (10, 12, 3)
     assert imgaug.RandomCrop((10, 12)).crop_shape == (10, 12)
+
+
+def test_random_choose_aug_keeps_tensorpacks_attributes_and_refuses_bad_probabilities():
+    flip, bright = imgaug.Flip(horiz=True), imgaug.Brightness(3)
+    aug = imgaug.RandomChooseAug([(bright, 0.25), (flip, 0.75)])
+    assert aug.aug_lists == [bright, flip] and aug.prob == [0.25, 0.75]
+    assert repr(aug) == ("imgaug.RandomChooseAug(aug_lists=[imgaug.Brightness(delta=3), "
+                         "imgaug.Flip(horiz=True)])")
+    assert imgaug.RandomChooseAug([bright, flip]).prob == [0.5, 0.5]
+    with pytest.raises(ValueError, match="sum to 1"):
+        imgaug.RandomChooseAug([(bright, 1), (flip, 1)])

@@ -183,6 +183,7 @@ def test_old_style_subclass_through_get_transform():
     aug = OldShift(5)
     img = img_u8()
     t = aug.get_transform(img)
+    assert isinstance(t, imgaug.Transform)      # as 0.11's: code may check for a Transform
     d = t.params
     np.testing.assert_array_equal(t.apply_image(img), np.roll(img, d, axis=1))
     np.testing.assert_allclose(t.apply_coords(np.array([[1.0, 2.0]])), [[1.0 + d, 2.0]])

@@ -49,6 +49,8 @@ CASES = {
     "Grayscale": "m.Grayscale(keepdims=True)",
     "RandomApplyAug": "m.RandomApplyAug(m.Brightness(30), 0.5)",
     "RandomChooseAug": "m.RandomChooseAug([m.Brightness(30), m.Contrast((0.6, 1.4))])",
+    "RandomChooseAugWeighted": "m.RandomChooseAug([(m.Brightness(30), 0.3), "
+                               "(m.Flip(horiz=True), 0.7)])",
     "RandomOrderAug": "m.RandomOrderAug([m.BrightnessScale((0.6, 1.4)), "
                       "m.Contrast((0.6, 1.4), rgb=False), m.Saturation(0.4, rgb=False)])",
     "AugmentorList": "m.AugmentorList([m.RandomCrop(30), m.Flip(horiz=True), "

@@ -46,8 +46,8 @@ import numpy as np
 
 from .. import rng as _rng
 from ..base import restore_attributes
-from .transform import BaseTransform, LazyTransform, PhotometricTransform, TransformList, \
-    default_repr
+from .transform import BaseTransform, LazyTransform, PhotometricTransform, Transform, \
+    TransformList, default_repr
 
 __all__ = ["Augmentor", "ImageAugmentor", "AugmentorList", "PhotometricAugmentor"]
 
@@ -288,7 +288,7 @@ Augmentor = ImageAugmentor
 TransformAugmentorBase = ImageAugmentor       # tensorpack's legacy alias
 
 
-class _LegacyTransform(BaseTransform):
+class _LegacyTransform(Transform):
     """What the base ``get_transform`` returns for a legacy augmentor: ``_augment(img, params)``
     for images; ``_augment_coords(coords, params)`` (or an overridden ``augment_coords``) for
     coordinates, which are unchanged when the augmentor defines neither (the old default)."""

@@ -52,7 +52,8 @@ class RandomApplyAug(_Container):
 
 class RandomChooseAug(_Container):
     """Apply one augmentor chosen at random from ``aug_lists``: a list of augmentors (chosen
-    uniformly) or of ``(augmentor, probability)`` pairs (probabilities normalised to sum 1)."""
+    uniformly) or of ``(augmentor, probability)`` pairs, whose probabilities must sum to 1. As
+    in 0.11, ``aug_lists`` then holds the augmentors and ``prob`` the probabilities."""
 
     native = True
 
@@ -60,22 +61,25 @@ class RandomChooseAug(_Container):
         if len(aug_lists) == 0:
             raise ValueError("RandomChooseAug needs at least one augmentor")
         if isinstance(aug_lists[0], (tuple, list)):
-            prob = np.array([float(p) for _, p in aug_lists])
-            augs = [a for a, _ in aug_lists]
-            self._prob = prob / prob.sum()
+            prob = [p for _, p in aug_lists]
+            aug_lists = [a for a, _ in aug_lists]
+            total = float(np.sum(prob))
+            # numpy's choice would refuse them at the first draw (0.11 failed there)
+            if abs(total - 1.0) > 1e-8 or min(prob) < 0:
+                raise ValueError(f"RandomChooseAug: the probabilities {prob} must be >= 0 and "
+                                 f"sum to 1 (they sum to {total})")
         else:
-            augs = list(aug_lists)
-            self._prob = np.full(len(augs), 1.0 / len(augs))
-        self._augs = augs
+            aug_lists = list(aug_lists)
+            prob = [1.0 / len(aug_lists)] * len(aug_lists)
         self._init(locals())
         super().__init__()
 
     def _members(self):
-        return self._augs
+        return self.aug_lists
 
     def get_transform(self, img):
-        idx = self.rng.choice(len(self._augs), p=self._prob)
-        return self._augs[idx].get_transform(img)
+        idx = self.rng.choice(len(self.aug_lists), p=self.prob)
+        return self.aug_lists[idx].get_transform(img)
 
 
 class RandomOrderAug(_Container):
