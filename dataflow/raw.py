@@ -119,6 +119,11 @@ class DataFromQueue(DataFlow):
     def reset_state(self):
         self._guard = DataFlowReentrantGuard()
 
+    def __len__(self):
+        # endless: a plain NotImplementedError, so that list() fails at once (see
+        # UnknownLengthError, which list() would take as "just iterate")
+        raise NotImplementedError("DataFromQueue is endless: len() is unavailable")
+
     def __iter__(self):
         return _ckpt.replay_counted(self, self._gets)
 

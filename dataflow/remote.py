@@ -176,6 +176,12 @@ class RemoteDataZMQ(DataFlow):
         # can start
         self._active = weakref.WeakSet()
 
+
+    def __len__(self):
+        # endless: a plain NotImplementedError, so that list() fails at once (see
+        # UnknownLengthError, which list() would take as "just iterate")
+        raise NotImplementedError("RemoteDataZMQ is endless: len() is unavailable")
+
     def __getstate__(self):
         state = dict(self.__dict__)
         del state["_active"]

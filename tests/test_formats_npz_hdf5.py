@@ -233,6 +233,32 @@ def test_hdf5_file_written_here_loads_in_tensorpack(tmp_path):
         np.testing.assert_array_equal(np.array(g[1]), d[1])
 
 
+def test_hdf5_string_components_are_variable_length_strings_as_tensorpack_writes_them(tmp_path):
+    # a file name and raw bytes per datapoint: read back as bytes, in full, by both libraries
+    dps = [["a.jpg", b"x\xff\x01", 0], ["dir/bé.jpg", b"yz", 1]]
+    path = str(tmp_path / "s.h5")
+    D.HDF5Serializer.save(D.DataFromList(dps, shuffle=False), path, ["name", "raw", "label"])
+    got = loaded(D.HDF5Data(path, ["name", "raw", "label"], shuffle=False))
+    assert [g[0] for g in got] == [b"a.jpg", "dir/bé.jpg".encode()]
+    assert [g[1] for g in got] == [b"x\xff\x01", b"yz"]
+    out = run_tensorpack(f"""
+        from tensorpack.dataflow import HDF5Serializer
+        df = HDF5Serializer.load({path!r}, ['name', 'raw', 'label'], shuffle=False)
+        df.reset_state()
+        print([[dp[0], dp[1], int(dp[2])] for dp in df])
+    """)
+    assert out.strip().splitlines()[-1] == repr([[g[0], g[1], int(g[2])] for g in got])
+
+
+def test_hdf5_refuses_a_string_with_a_nul_naming_it(tmp_path):
+    # HDF5 strings end at a NUL: refused, never cut short
+    dps = [[b"ok", 0], [b"a\x00b", 1]]
+    with pytest.raises(ValueError, match=r"datapoint 1: .*'raw'.* NUL"):
+        D.HDF5Serializer.save(D.DataFromList(dps, shuffle=False), str(tmp_path / "n.h5"),
+                              ["raw", "label"])
+    assert not os.listdir(tmp_path)
+
+
 # --------------------------------------------------------------------------------- SVMlight
 
 def test_svmlight_yields_dense_rows_and_labels(tmp_path):

@@ -139,6 +139,9 @@ def test_datafromqueue_yields_queue_items():
     q.put([9])
     assert next(it) == [9]
     it.close()
+    # endless: list() fails at once (as tensorpack's) instead of blocking on the queue
+    with pytest.raises(NotImplementedError, match="endless"):
+        list(df)
 
 
 def test_datafromqueue_is_not_reentrant():

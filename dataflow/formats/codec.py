@@ -841,3 +841,13 @@ class _Walker:
         if b"complex" in d or "complex" in d:
             return complex(_get(d, "data"))
         return d
+
+
+def pickle_hint(format):
+    """What to add to a "cannot be encoded" error: msgpack carries numbers, strings, bytes,
+    None, lists, dicts and numpy arrays and scalars; anything else needs pickle."""
+    if format == "msgpack":
+        return ("; msgpack stores numbers, strings, bytes, None, lists, dicts and numpy arrays: "
+                "pass format='pickle' to store any picklable object (readers then need "
+                "allow_pickle=True, the default of LMDBSerializer.load)")
+    return ""

@@ -2,7 +2,9 @@
 
 Layout: one HDF5 dataset per entry of ``data_paths`` (the name verbatim, so ``'grp/label'`` is
 dataset ``label`` in group ``grp``), holding component ``i`` of every datapoint stacked along
-axis 0: shape ``(N, *component_shape)``, dtype as numpy infers it. No chunking, no compression.
+axis 0: shape ``(N, *component_shape)``, dtype as numpy infers it; Python ``str`` or ``bytes``
+components as variable-length strings (read back as ``bytes``, as from tensorpack's files). No
+chunking, no compression.
 Needs h5py (``pip install 'dataflow-rt[formats]'``), imported on first use.
 """
 import os
@@ -107,6 +109,10 @@ class HDF5Serializer:
                 col.append(comp)
         arrays = []
         for p, col in zip(data_paths, columns):
+            strings = _string_column(col, path, p, h5py)
+            if strings is not None:
+                arrays.append(strings)
+                continue
             try:
                 arr = np.asarray(col)
             except ValueError as e:
@@ -130,6 +136,28 @@ class HDF5Serializer:
     def load(path, data_paths, shuffle=True):
         """``HDF5Data(path, data_paths, shuffle)``."""
         return HDF5Data(path, data_paths, shuffle=shuffle)
+
+
+def _string_column(col, path, p, h5py):
+    """Python ``str`` (or ``bytes``) components as an object array for a variable-length UTF-8
+    (or byte) string dataset, which h5py reads back as ``bytes``, as tensorpack's files hold
+    them (numpy's fixed-length ``'U'`` has no HDF5 type and its ``'S'`` drops trailing NUL
+    bytes); None for any other column. HDF5's strings end at a NUL, so a component holding
+    one raises ``ValueError`` naming it rather than being cut short."""
+    if not col:
+        return None
+    if all(isinstance(c, str) for c in col):
+        encoding, nul = "utf-8", "\0"
+    elif all(isinstance(c, bytes) for c in col):
+        encoding, nul = "ascii", b"\0"
+    else:
+        return None
+    for i, c in enumerate(col):
+        if nul in c:
+            raise ValueError(f"{path}: datapoint {i}: the {type(c).__name__} component for "
+                             f"dataset {p!r} holds a NUL, which HDF5 strings cannot store "
+                             "(store it as a uint8 array instead)")
+    return np.array(col, dtype=h5py.string_dtype(encoding))
 
 
 def _first_mismatch(col):

@@ -736,7 +736,8 @@ def _write(env, df, path, write_frequency, format, lmdb):
                 value = dumps(dp)
             except Exception as e:
                 raise TypeError(f"LMDBSerializer.save({path!r}): datapoint {i} (a "
-                                f"{type(dp).__name__}) cannot be encoded as {format}: {e}") \
+                                f"{type(dp).__name__}) cannot be encoded as {format}: {e}"
+                                f"{codec.pickle_hint(format)}") \
                     from e
             keys.append(key)
             pending.append((key, dp))

@@ -156,7 +156,8 @@ class TFRecordSerializer:
                     data = dumps(dp, format)
                 except Exception as e:
                     raise TypeError(f"TFRecordSerializer.save({path!r}): datapoint {i} (a "
-                                    f"{type(dp).__name__}) cannot be encoded as {format}: {e}") \
+                                    f"{type(dp).__name__}) cannot be encoded as {format}: {e}"
+                                    f"{codec.pickle_hint(format)}") \
                         from e
                 head = _LEN.pack(len(data))
                 f.write(head + _CRC.pack(masked_crc32c(head, crc32c)))
