@@ -1,4 +1,5 @@
 """Small pieces that several modules need, written once (private to the library)."""
+import numbers
 import os
 
 
@@ -18,16 +19,18 @@ def dataflow_length(df):
 
 
 def is_int(value):
-    """Whether ``value`` is an int and not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """Whether ``value`` is an integer (a Python int or a numpy integer, as tensorpack takes
+    them) and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_int(name, value, minimum):
-    """``value`` if it is an int (not a bool) >= ``minimum``; else ``ValueError`` naming ``name``."""
+    """``int(value)`` if ``value`` is an integer (see :func:`is_int`) >= ``minimum``; else
+    ``ValueError`` naming ``name``."""
     if not is_int(value) or value < minimum:
         what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {what}, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_positive_number(name, value, allow_none=False):

@@ -218,8 +218,12 @@ def returns_int(dp):
     return dp[0]
 
 
+async def returns_coroutine(dp):
+    return dp
+
+
 @pytest.mark.parametrize("func,what", [(returns_generator, "a generator"),
-                                       (returns_int, "'int'")])
+                                       (returns_coroutine, "a coroutine")])
 def test_result_that_is_not_a_datapoint(make, func, what):
     with make(Numbers(5), 2, func, strict=True, ordered=True, on_error="skip") as df:
         df.reset_state()
@@ -227,6 +231,25 @@ def test_result_that_is_not_a_datapoint(make, func, what):
             list(df)
     msg = str(info.value)
     assert func.__name__ in msg and what in msg and "datapoint #0" in msg
+
+
+def returns_str(dp):
+    return f"s{dp[0]}"
+
+
+def returns_float32(dp):
+    return np.float32(dp[0])
+
+
+@pytest.mark.parametrize("func", [returns_int, returns_str, returns_float32])
+def test_a_bare_number_or_string_is_a_datapoint_as_in_serial_mapdata(make, func):
+    # tensorpack's parallel maps (and serial MapData, ours and theirs) yield what the map
+    # function returns, whatever its type
+    expected = list(D.MapData(Numbers(5), func))
+    with make(Numbers(5), 2, func, strict=True, ordered=True) as df:
+        df.reset_state()
+        got = list(df)
+    assert got == expected and [type(g) for g in got] == [type(e) for e in expected]
 
 
 def test_bad_arguments():
@@ -238,6 +261,17 @@ def test_bad_arguments():
         D.MultiThreadMapData(Numbers(3), 2, double, max_errors=1.5)
     with pytest.raises(TypeError):
         D.MultiThreadMapData(Numbers(3), 2, None)
+
+
+def test_numpy_integer_counts_are_taken_as_in_tensorpack(make):
+    with make(Numbers(6), np.int64(2), double, buffer_size=np.int32(3), strict=True) as df:
+        assert df.num_workers == 2 and type(df.num_workers) is int
+        df.reset_state()
+        assert sorted(values(df)) == sorted(values(D.MapData(Numbers(6), double)))
+    m = D.MapData(Numbers(4), double, num_parallel_workers=np.int64(2))
+    assert m.executor == "thread"
+    with pytest.raises(ValueError):
+        D.MultiThreadMapData(Numbers(3), np.bool_(True), double)
 
 
 def test_close_is_idempotent_and_reset_restarts(make):

@@ -120,7 +120,8 @@ class ParallelMapData(ProxyDataFlow):
             raise ValueError("the number of workers must be a positive int"
                              + (' or "auto"' if self._autotune_ok else "")
                              + f", got {num_workers!r}")
-        check_int("buffer_size", buffer_size, 1)
+        num_workers = int(num_workers)
+        buffer_size = check_int("buffer_size", buffer_size, 1)
         if on_error not in ("raise", "skip", "replace"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
         if max_errors is not None:

@@ -17,6 +17,7 @@ counts by its members. The functions here are pure: they decide, the caller logs
 import sys
 
 from .. import config
+from .._helpers import is_int
 from ..ops.base import _flatten, is_native, op_name
 from .protocol import PROCESS, SERIAL, THREAD
 
@@ -33,7 +34,7 @@ def gil_disabled():
 def _decide(ops, num_parallel_workers, python_multiprocessing, debug, free_threaded):
     ops = _flatten(ops, "choose_executor")
     n = num_parallel_workers
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+    if n is not None and (not is_int(n) or n < 0):
         raise ValueError(f"num_parallel_workers must be None or an int >= 0, got {n!r}")
     if not n:
         return SERIAL, f"num_parallel_workers={n!r}"

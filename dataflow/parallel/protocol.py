@@ -210,19 +210,18 @@ def unpack_exception(data):
     return exc
 
 
-# What a map function may return (tensorpack's datapoints are lists or dicts; a bare array is
-# common enough to accept too).
-_DATAPOINT_TYPES = (list, tuple, dict, np.ndarray)
+# What a map function may not return: a generator (or a coroutine) is a map function written
+# as a generator by mistake, whose datapoints would never be computed. Anything else is a
+# datapoint, as in tensorpack and in serial MapData (a list or dict usually; a bare array, a
+# number or a string too).
+_NOT_DATAPOINTS = (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType)
 
 
 def _bad_result(func, index, result):
-    if isinstance(result, (types.GeneratorType, types.AsyncGeneratorType)):
-        what = "a generator"
-    else:
-        what = f"an object of type {type(result).__name__!r}"
+    what = "a coroutine" if isinstance(result, types.CoroutineType) else "a generator"
     return TypeError(f"map function {func_name(func)} returned {what} for datapoint #{index}; "
-                     f"it must return a datapoint (a list, tuple, dict or numpy array) or None to "
-                     f"drop it")
+                     f"it must return a datapoint (a list, tuple, dict, array, number or string) "
+                     f"or None to drop it")
 
 
 def run_chunk(func, run, items, stop=None):
@@ -260,12 +259,14 @@ def run_chunk(func, run, items, stop=None):
         else:
             if r is None:
                 out.append((seq, DROP, None))
-            elif isinstance(r, _DATAPOINT_TYPES):
-                out.append((seq, OK, r))
-            else:
+            elif isinstance(r, _NOT_DATAPOINTS):
+                if isinstance(r, types.CoroutineType):
+                    r.close()           # never awaited: no "was never awaited" warning
                 e = _bad_result(func, index, r)
                 out.append((seq, ERR, WorkerError(e, f"TypeError: {e}\n",
                                                   f"datapoint #{index}", fatal=True)))
+            else:
+                out.append((seq, OK, r))
         if stop is not None and stop.is_set():
             break
     set_datapoint_key(None)
