@@ -4,7 +4,10 @@ They live in :mod:`dataflow.parallel.runners`; code ported by changing the impor
 (``from dataflow.parallel_map import MultiThreadMapData``) finds them here under the same names.
 """
 from .parallel.runners import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
-                               MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData)
+                               MultiProcessMapData, MultiProcessMapDataComponentSharedArray,
+                               MultiProcessMapDataZMQ, MultiThreadMapData)
 
 __all__ = ["MultiThreadMapData", "MultiProcessMapData", "MultiProcessMapDataZMQ",
            "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ"]
+# in tensorpack's module but not in its __all__ (nor in tensorpack.dataflow)
+__all__ += ["MultiProcessMapDataComponentSharedArray"]

@@ -1079,6 +1079,32 @@ def test_map_and_batch_with_default_buffer():
     del batches, images, labels, big
 
 
+@pytest.mark.timeout(15)
+def test_map_component_into_a_shared_array_as_tensorpack():
+    # tensorpack's parallel_map module holds this class (not in its __all__)
+    from dataflow.parallel_map import MultiProcessMapDataComponentSharedArray
+
+    def grow(a):     # component 1 of [k, array]: None drops datapoint 3
+        return None if int(a[0, 0]) == 3 else np.full(6, a[0, 0] * 2, np.uint8)
+
+    src = D.DataFromList([[k, np.full((2, 3), k, np.uint8)] for k in range(7)], shuffle=False)
+    with MultiProcessMapDataComponentSharedArray(src, 2, grow, (2, 3), np.uint8,
+                                                 index=1) as df:
+        assert len(df) == 7 and df.executor == "process"
+        df.reset_state()
+        out = list(df)
+    assert [dp[0] for dp in out] == [0, 1, 2, 4, 5, 6]          # source order, 3 dropped
+    assert all(dp[1].shape == (2, 3) and dp[1].dtype == np.uint8 and (dp[1] == 2 * dp[0]).all()
+               for dp in out)
+    wrong = MultiProcessMapDataComponentSharedArray(src, 2, lambda a: a.astype(np.float32),
+                                                    (2, 3), np.uint8, index=1)
+    with wrong as df:
+        df.reset_state()
+        with pytest.raises(ValueError, match=r"float32.*output_dtype=uint8"):
+            list(df)
+    del out
+
+
 # -- 10. worker random streams ------------------------------------------------------------------
 @pytest.fixture
 def seed_reset():

@@ -6,8 +6,11 @@ dataflow (:class:`MultiThreadRunner`, :class:`MultiProcessRunner`) and
 Their rules are :class:`~.mapper.ParallelMapData`'s; each starts its executor through the
 registry (:func:`~.executors.make_executor`), or makes its threads itself.
 """
+import copy
 import itertools
 import logging
+
+import numpy as np
 
 from .. import checkpoint as _ckpt
 from .. import config
@@ -199,6 +202,48 @@ class MultiProcessMapData(ParallelMapData):
 
 
 MultiProcessMapDataZMQ = MultiProcessMapData
+
+
+class _MapComponentToArray:
+    """The worker function of MultiProcessMapDataComponentSharedArray: ``map_func`` on one
+    component, whose result must be an array of the declared shape and dtype (or None)."""
+
+    def __init__(self, map_func, index, shape, dtype):
+        self.map_func, self.index, self.shape, self.dtype = map_func, index, shape, dtype
+
+    def __call__(self, dp):
+        out = self.map_func(dp[self.index])
+        if out is None:
+            return None
+        if not isinstance(out, np.ndarray) or out.dtype != self.dtype or \
+                out.size != int(np.prod(self.shape)):
+            got = (f"an array of shape {out.shape} and dtype {out.dtype}"
+                   if isinstance(out, np.ndarray) else f"a {type(out).__name__}")
+            raise ValueError(f"MultiProcessMapDataComponentSharedArray: map_func returned {got}; "
+                             f"it must return an array of output_shape={self.shape} and "
+                             f"output_dtype={np.dtype(self.dtype).name} (or None)")
+        dp = copy.copy(dp)
+        dp[self.index] = out.reshape(self.shape)
+        return dp
+
+
+class MultiProcessMapDataComponentSharedArray(MultiProcessMapData):
+    """tensorpack's ``MultiProcessMapDataComponentSharedArray(ds, nr_proc, map_func,
+    output_shape, output_dtype, index=0)``: component ``index`` of each datapoint replaced by
+    ``map_func(component)`` in ``nr_proc`` worker processes, in source order; ``None`` drops the
+    datapoint. ``map_func`` must return a numpy array of ``output_dtype`` with as many elements
+    as ``output_shape`` (it is reshaped to it); anything else raises ``ValueError`` in the
+    consumer. Results come back through shared memory, as from every
+    :class:`MultiProcessMapData`; each pass yields ``len(ds)`` results (tensorpack's iteration
+    never ended)."""
+
+    def __init__(self, ds, nr_proc, map_func, output_shape, output_dtype, index=0):
+        self.nr_proc = nr_proc
+        self.output_shape = tuple(int(v) for v in output_shape)
+        self.output_dtype = np.dtype(output_dtype).type
+        self.index = index
+        super().__init__(ds, nr_proc, _MapComponentToArray(map_func, index, self.output_shape,
+                                                           self.output_dtype), ordered=True)
 
 
 class MultiProcessRunner(CopiesRunner):
