@@ -246,6 +246,29 @@ class RNGDataFlow(DataFlow):
         self.rng = _rng.get_rng(self)
 
 
+def random_stage(df):
+    """How many maps lie below ``df`` on its longest path to a source, ``df`` itself included:
+    the stage at which a map built on ``df`` draws from the per-datapoint random streams
+    (:func:`dataflow.rng.datapoint_random_state`). Stacked maps, serial or parallel, thereby
+    draw from distinct streams, and a map draws the same numbers whichever executor runs the
+    maps below it. A map is a dataflow whose class sets ``keys_random_streams``; the walk follows
+    ``ds`` and ``df_lists`` (the inputs of the proxies and of the multi-input dataflows)."""
+    return _random_stage(df, 0)
+
+
+def _random_stage(df, depth):
+    if df is None or depth > 200:           # (a cycle would be a bug elsewhere; stop anyway)
+        return 0
+    below = 0
+    ds = getattr(df, "ds", None)
+    if ds is not None:
+        below = _random_stage(ds, depth + 1)
+    for d in getattr(df, "df_lists", None) or ():
+        d = d[0] if isinstance(d, (tuple, list)) else d
+        below = max(below, _random_stage(d, depth + 1))
+    return below + (1 if getattr(type(df), "keys_random_streams", False) else 0)
+
+
 class ProxyDataFlow(DataFlow):
     """A dataflow that wraps another one (``self.ds``) and by default forwards everything to it."""
 

@@ -18,7 +18,7 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import rng as _rng
 from ._helpers import dataflow_length, empty_pass_error, func_name, repeat_forever
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
@@ -485,6 +485,8 @@ class MapData(ProxyDataFlow):
     :class:`~dataflow.MultiProcessMapData`.
     """
 
+    keys_random_streams = True       # see base.random_stage
+
     def __init__(self, ds, func, *, num_parallel_workers=None, python_multiprocessing=False,
                  on_error="raise", max_errors=None, max_restarts=0):
         """
@@ -502,6 +504,7 @@ class MapData(ProxyDataFlow):
         from .parallel.policy import choose_executor, describe_choice
         from .parallel.protocol import SERIAL
         super().__init__(ds)
+        self._random_stage = random_stage(ds)       # see rng.map_key
         ops = list(func) if isinstance(func, (list, tuple)) else [func]
         # "auto" (autotuned workers) is placed like any parallel map
         placed = 1 if isinstance(num_parallel_workers, str) and num_parallel_workers == "auto" \
@@ -561,7 +564,7 @@ class MapData(ProxyDataFlow):
         # else is stored per datapoint. The key goes into the running thread's slot
         # (rng.key_slot: a list store), fetched again whenever this generator runs in another
         # thread than before.
-        self._cursor = cursor = [p, start - 1] if copy_id is None else [p, start - 1, copy_id]
+        self._cursor = cursor = _rng.map_key(p, start - 1, copy_id, self._random_stage)
         owner, slot = None, None
         for cursor[1], dp in enumerate(source, start):
             if get_ident() != owner:

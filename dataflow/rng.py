@@ -174,10 +174,10 @@ def datapoint_random_state():
     datapoint gets fresh entropy.
 
     "One datapoint" is one key *value* in this thread since the last :func:`set_seed` or
-    :func:`set_datapoint_key`: repeated calls continue one stream, and serial maps chained in
-    one thread (``MapData(MapData(ds, f), g)``), which set equal keys for the same datapoint,
-    continue the stream ``f`` drew from instead of restarting it (which would give ``g`` the
-    very draws of ``f``).
+    :func:`set_datapoint_key`: repeated calls continue one stream. Stacked maps
+    (``MapData(MapData(ds, f), g)``, serial or parallel) set distinct keys for the same
+    datapoint, their stage being part of the key (:func:`map_key`), so ``g`` never gets the very
+    draws of ``f`` and draws the same numbers whatever runs ``f``.
 
     How the stream is made (cheaply: a few microseconds per datapoint): every thread holds one
     PCG64 whose position-0 state is derived from the global seed alone; a datapoint gets the
@@ -206,18 +206,31 @@ _RANDOM_STATE_STREAM = 1 << 40    # spawn key of the base stream: distinct from 
 
 
 def _packed_key(key):
-    """The 64-bit sub-stream number of the usual keys, ``(pass, index)`` of a map and
-    ``(pass, index, copy)`` of a map inside a runner's copy: ``pass`` in bits 48-63, ``copy + 1``
-    (0 for no copy) in bits 32-47, ``index`` in bits 0-31; ``None`` for a key outside these
-    ranges."""
-    if type(key) is not tuple or not 2 <= len(key) <= 3 or \
+    """The 64-bit sub-stream number of the usual keys (see :func:`map_key`): ``pass`` in bits
+    48-63, the stage in bits 40-47, ``copy + 1`` (0 for no copy) in bits 32-39, ``index`` in
+    bits 0-31; ``None`` for a key outside these ranges."""
+    if type(key) is not tuple or not 2 <= len(key) <= 4 or \
             any(type(v) is not int or v < 0 for v in key):
         return None
     p, i = key[0], key[1]
-    c = key[2] + 1 if len(key) == 3 else 0
-    if p >= 1 << 16 or i >= 1 << 32 or c >= 1 << 16:
+    if len(key) == 4:
+        c, stage = key[2], key[3]
+    else:
+        c, stage = (key[2] + 1 if len(key) == 3 else 0), 0
+    if p >= 1 << 16 or i >= 1 << 32 or c >= 1 << 8 or stage >= 1 << 8:
         return None
-    return (p << 48) | (c << 32) | i
+    return (p << 48) | (stage << 40) | (c << 32) | i
+
+
+def map_key(run, index, copy=None, stage=0):
+    """The datapoint key a map sets for datapoint ``index`` of its pass ``run`` (as a list: the
+    map advances it in place, see :func:`set_datapoint_key`): ``[run, index]``, ``[run, index,
+    copy]`` in a runner's copy, and ``[run, index, copy + 1 (0 for none), stage]`` for a map
+    that has ``stage`` maps below it (:func:`dataflow.base.random_stage`), so that stacked
+    maps draw from distinct streams."""
+    if stage:
+        return [run, index, 0 if copy is None else copy + 1, stage]
+    return [run, index] if copy is None else [run, index, copy]
 
 
 def _keyed_random_state(key):

@@ -15,7 +15,7 @@ cv2 = pytest.importorskip("cv2")
 
 import dataflow                                                        # noqa: E402
 from dataflow import (AugmentImageComponent, AugmentImageComponents,  # noqa: E402
-                      AugmentImageCoordinates, DataFromList, ImageFromFile, MapData, ops,
+                      AugmentImageCoordinates, DataFromList, ImageFromFile, MapData, imgaug, ops,
                       set_seed)
 from dataflow import rng as drng                                       # noqa: E402
 from dataflow.imgaug import (AugmentorList, CropTransform, FlipTransform,  # noqa: E402
@@ -386,6 +386,32 @@ def test_same_images_serial_threads_processes():
     set_seed(12)
     other = _run(MapData(_source(), [ops.Augment(_augmentors())]), passes=1)
     assert not all(np.array_equal(a[0], b[0]) for a, b in zip(serial[0], other[0]))
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_stacked_maps_draw_independently_and_alike_on_every_executor():
+    # a parallel map below a serial AugmentImageComponent, or two parallel maps: each map has
+    # its own stream (its stage: the maps below it), whatever executor runs the maps below
+    def pipeline(inner_workers, outer_workers, python=False):
+        augs = [imgaug.Flip(horiz=True)] + ([PythonAug()] if python else [])
+        ds = MapData(_source(), [ops.Augment(augs)],
+                     num_parallel_workers=inner_workers, python_multiprocessing=True)
+        return MapData(ds, [ops.Augment([imgaug.Flip(horiz=True)])],
+                       num_parallel_workers=outer_workers)
+
+    set_seed(3)
+    serial = _run(pipeline(None, None))
+    src = _run(_source(), passes=1)[0]
+    unflipped = [np.array_equal(dp[0], s[0]) for dp, s in zip(serial[0], src)]
+    # two independent flips: about half the images end up flipped (never all undone)
+    assert 8 <= unflipped.count(True) <= 32
+    for inner, outer, python in ((2, None, False), (2, 2, False), (2, None, True)):
+        set_seed(3)
+        df = pipeline(inner, outer, python)
+        _same(serial, _run(df))
+    set_seed(3)
+    component = AugmentImageComponent(pipeline(2, None).ds, [imgaug.Flip(horiz=True)])
+    _same(serial, _run(component))
 
 
 def test_outside_a_map_augmentors_use_their_own_rng():

@@ -468,13 +468,14 @@ def test_ops_pickle_and_run_in_mapdata():
 
 def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested():
     # Serial MapData keys datapoint_rng by (pass, index) through a cursor advanced in place;
-    # the draws must be those of the explicit tuple key, one stream per datapoint, and two
-    # nested serial MapData (whose keys coincide in value) must each start a fresh stream.
+    # the draws must be those of the explicit tuple key, one stream per datapoint. Of two
+    # nested serial MapData, the outer one (one map below it: stage 1) keys by (pass, index,
+    # no copy, stage 1): its own stream, not the inner one's draws again.
     def draw(dp):
         return dp + [int(drng.datapoint_rng().integers(1 << 30))]
 
-    def expected(p, i, calls):
-        drng.set_datapoint_key((p, i))
+    def expected(key, calls):
+        drng.set_datapoint_key(key)
         return [int(drng.datapoint_rng().integers(1 << 30)) for _ in range(calls)]
 
     set_seed(7)
@@ -484,8 +485,8 @@ def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested()
     got = [list(outer), list(outer)]      # two passes
     for p in range(2):
         for i in range(5):
-            a = expected(p, i, 1)[0]
-            assert got[p][i] == [i, a, a]  # the outer key (p, i) starts its own fresh stream
+            a, b = expected((p, i), 1)[0], expected((p, i, 0, 1), 1)[0]
+            assert a != b and got[p][i] == [i, a, b]
 
     # repeated calls for one datapoint continue its stream
     def two(dp):
@@ -494,7 +495,7 @@ def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested()
 
     df = MapData(DataFromList([[k] for k in range(3)], shuffle=False), two)
     df.reset_state()
-    assert list(df) == [expected(0, i, 2) for i in range(3)]
+    assert list(df) == [expected((0, i), 2) for i in range(3)]
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])

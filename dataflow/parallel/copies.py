@@ -114,6 +114,8 @@ class CopiesRunner(_ckpt.CopiesPosition, ParallelMapData):
     endlessly otherwise, at most ``num_prefetch`` ahead of the consumer. Subclasses start their
     executor with :meth:`_own_copies` as its ``make_func``."""
 
+    keys_random_streams = False    # it runs dataflows, not a map function (base.random_stage)
+
     def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
         self.num_prefetch = num_prefetch
         super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),

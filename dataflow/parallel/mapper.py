@@ -19,12 +19,13 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from .._helpers import (check_int, check_positive_number, dataflow_length, empty_pass_error,
                        is_int)
-from ..base import DataFlowReentrantGuard, ProxyDataFlow
+from ..base import DataFlowReentrantGuard, ProxyDataFlow, random_stage
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
 # The shared vocabulary; the names that used to be defined here stay importable from here.
 from .protocol import (CLOSED_WHILE_ITERATING, DROP, ERR, OK, Executor,  # noqa: F401
-                       InlineExecutor, WorkerError, WorkerTraceback, func_name, run_chunk)
+                       InlineExecutor, WorkerError, WorkerTraceback, func_name, run_chunk,
+                       staged)
 
 __all__ = ["ParallelMapData", "Executor", "run_chunk", "WorkerError", "WorkerTraceback",
            "OK", "DROP", "ERR"]
@@ -105,10 +106,13 @@ class ParallelMapData(ProxyDataFlow):
     executor = None
     #: whether ``num_workers="auto"`` is accepted (the executor must add and retire workers)
     _autotune_ok = True
+    #: a map of a user function: its datapoints' random streams are keyed (see base.random_stage)
+    keys_random_streams = True
 
     def __init__(self, ds, num_workers, map_func, *, buffer_size=200, strict=False,
                  ordered=False, on_error="raise", max_errors=None, timeout=None):
         super().__init__(ds)
+        self._random_stage = random_stage(ds)       # see rng.map_key
         if map_func is None or not callable(map_func):
             raise TypeError(f"map_func must be callable, got {map_func!r}")
         # "auto": start small and let an AutoTuner resize the pool while it runs.
@@ -160,6 +164,11 @@ class ParallelMapData(ProxyDataFlow):
         _reset_parallel(self)
 
     # -- life cycle -------------------------------------------------------------------------
+    def _staged_func(self):
+        """What the executor's workers run: ``map_func`` with this map's random stage (see
+        :func:`dataflow.rng.map_key`)."""
+        return staged(self.map_func, self._random_stage)
+
     def _make_executor(self):
         """Start and return the workers (an :class:`Executor`) of kind ``self.executor``."""
         raise NotImplementedError

@@ -224,6 +224,21 @@ def _bad_result(func, index, result):
                      f"or None to drop it")
 
 
+class StagedFunction:
+    """A map function with the random stage of its map (see :func:`dataflow.rng.map_key`),
+    as the mapper hands it to its executor when maps lie below it; :func:`run_chunk` keys the
+    datapoints' random streams with the stage and calls ``func``."""
+
+    def __init__(self, func, stage):
+        self.func, self.stage = func, stage
+        self.__wrapped__ = func          # messages name the function (func_name)
+
+
+def staged(func, stage):
+    """``func`` itself at stage 0, else a :class:`StagedFunction`."""
+    return StagedFunction(func, stage) if stage else func
+
+
 def run_chunk(func, run, items, stop=None):
     """Apply ``func`` to each ``(seq, index, datapoint)`` of ``items``, datapoints ``index`` of
     source run ``run`` (the key of their random streams, see :func:`dataflow.rng.datapoint_rng`).
@@ -241,7 +256,10 @@ def run_chunk(func, run, items, stop=None):
     # on tiny datapoints. Set before every call: the map function may run a pipeline that sets
     # its own. It goes straight into this thread's slot (rng.key_slot: a list store); this
     # function runs in one thread throughout.
-    slot, cursor = _rng.key_slot(), [run, 0]
+    stage = 0
+    if func.__class__ is StagedFunction:
+        func, stage = func.func, func.stage
+    slot, cursor = _rng.key_slot(), _rng.map_key(run, 0, stage=stage)
     for seq, index, dp in items:
         cursor[1] = index
         slot[0] = cursor

@@ -582,8 +582,8 @@ class RayMapData(_RayChunks, ParallelMapData):
 
     def _make_executor(self):
         if self.executor == SERIAL:
-            return InlineExecutor(Constant(self.map_func))
-        return RayExecutor(self.num_workers, Constant(self.map_func), address=self.address,
+            return InlineExecutor(Constant(self._staged_func()))
+        return RayExecutor(self.num_workers, Constant(self._staged_func()), address=self.address,
                            max_restarts=self.max_restarts,
                            num_cpus_per_worker=self.num_cpus_per_worker)
 

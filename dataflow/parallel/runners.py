@@ -74,7 +74,7 @@ class MultiThreadMapData(ParallelMapData):
             self.executor = SERIAL
 
     def _make_executor(self):
-        return make_executor(self.executor, self.num_workers, Constant(self.map_func))
+        return make_executor(self.executor, self.num_workers, Constant(self._staged_func()))
 
 
 
@@ -96,7 +96,7 @@ class _PlacedMapData(ParallelMapData):
         self.max_restarts = check_int("max_restarts", max_restarts, 0)
 
     def _make_executor(self):
-        return make_executor(self.executor, self.num_workers, Constant(self.map_func),
+        return make_executor(self.executor, self.num_workers, Constant(self._staged_func()),
                              start_method=None, max_restarts=self.max_restarts)
 
 
@@ -197,7 +197,7 @@ class MultiProcessMapData(ParallelMapData):
                      describe_choice(map_func, self.num_workers, True))
 
     def _make_executor(self):
-        return make_executor(self.executor, self.num_workers, Constant(self.map_func),
+        return make_executor(self.executor, self.num_workers, Constant(self._staged_func()),
                              start_method=self.start_method, max_restarts=self.max_restarts)
 
 
