@@ -69,3 +69,12 @@ def func_name(func):
     func = getattr(func, "__wrapped__", func)
     return (getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
             or type(func).__name__)
+
+
+def add_note(exc, note):
+    """``exc.add_note(note)``; on Python 3.10, which has no notes, the note is kept in
+    ``__notes__`` (not printed)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = list(getattr(exc, "__notes__", ())) + [note]

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
-from ._helpers import dataflow_length, empty_pass_error, func_name, repeat_forever
+from ._helpers import add_note, dataflow_length, empty_pass_error, func_name, repeat_forever
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -573,6 +573,11 @@ class MapData(ProxyDataFlow):
             try:
                 # copy.copy, with its most common case (a list datapoint) inlined
                 ret = func(dp.copy() if dp.__class__ is list else copy(dp))
+            except Exception as e:
+                # name the datapoint, as the parallel maps do (their worker adds this note)
+                add_note(e, f"(raised in map function {func_name(func)} on datapoint "
+                            f"#{cursor[1]})")
+                raise
             finally:
                 slot[0] = None
             if ret is None:

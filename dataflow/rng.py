@@ -151,15 +151,16 @@ def datapoint_rng():
     """
     obj = _local.slot[0]
     key = tuple(obj) if obj.__class__ is list else obj       # a cursor: where it is now
-    cached = _local.cached                       # (key object, its value, generator): last call
-    if cached is not None and cached[0] is obj and cached[1] == key:
+    cached = _local.cached            # (key object, its value, generator, generation): last call
+    if cached is not None and cached[0] is obj and cached[1] == key and \
+            cached[3] == _generation:
         return cached[2]
     if key is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
         seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
         g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
-    _local.cached = (obj, key, g)
+    _local.cached = (obj, key, g, _generation)
     return g
 
 

@@ -701,3 +701,17 @@ def test_copies_restore_attributes_without_reading_the_instance_dict():
     copied = pickle.loads(pickle.dumps(df))
     assert (copied.n, copied.label) == (3, "inline")
     assert list(copied) == [[0, "inline"], [1, "inline"], [2, "inline"]]
+
+
+def test_serial_mapdata_names_the_datapoint_of_an_error_as_the_parallel_maps_do():
+    def f(dp):
+        if dp[0] == 3:
+            raise ValueError("bad value")
+        return dp
+
+    df = MapData(DataFromList([[k] for k in range(5)], shuffle=False), f)
+    df.reset_state()
+    with pytest.raises(ValueError, match="bad value") as info:
+        list(df)
+    assert info.value.__notes__ == ["(raised in map function " + f.__qualname__ +
+                                    " on datapoint #3)"]

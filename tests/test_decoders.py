@@ -93,3 +93,12 @@ def test_auto_falls_back_when_simplejpeg_is_missing(monkeypatch):
         assert out.shape == (40, 56, 3)
     finally:
         image_ops._auto_jpeg = None
+
+
+@pytest.mark.parametrize("decoder", ["pillow", "cv2", "simplejpeg"])
+def test_an_image_of_more_than_8_bits_is_refused_not_clipped(decoder):
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000).save(buf, "PNG")
+    with pytest.raises(ValueError, match=r"I;16 image .*uint8.*IMREAD_UNCHANGED"):
+        Decode(decoder=decoder)(buf.getvalue())

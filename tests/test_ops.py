@@ -254,6 +254,8 @@ def test_typecast():
         TypeCast("no-such-dtype")
     with pytest.raises(ValueError, match="TypeCast: cannot cast"):
         TypeCast(np.float32)(np.array(["abc"]))
+    with pytest.raises(ValueError, match="TypeCast: cannot cast list to float32"):
+        TypeCast(np.float32)([[1], [1, 2]])          # ragged: no shape to report
 
 
 def test_onehot_matches_eye():
@@ -545,3 +547,13 @@ def test_a_pickled_op_restores_its_attributes_without_reading_its_dict():
     copied = pickle.loads(pickle.dumps(_NoDictRead(index=1)))
     assert copied.index == 1
     assert copied([0, 1]) == [0, 2]
+
+
+def test_set_seed_restarts_the_random_ops_stream_outside_a_map():
+    crop, x = RandomCrop(2), np.arange(100).reshape(10, 10)
+    set_seed(3)
+    first = [crop(x) for _ in range(5)]
+    set_seed(3)
+    again = [crop(x) for _ in range(5)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert len({a.tobytes() for a in first}) > 1            # still random from call to call

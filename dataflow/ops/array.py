@@ -34,8 +34,10 @@ class TypeCast(Op):
                 return x.astype(self.dtype, copy=False)
             a = np.asarray(x).astype(self.dtype)
         except (TypeError, ValueError) as e:
-            raise type(e)(f"TypeCast: cannot cast {type(x).__name__} "
-                          f"(shape {np.shape(x)}) to {self.dtype}: {e}") from e
+            shape = getattr(x, "shape", None)      # (np.shape of a ragged list raises too)
+            raise type(e)(f"TypeCast: cannot cast {type(x).__name__}"
+                          f"{'' if shape is None else f' (shape {shape})'} to {self.dtype}: "
+                          f"{e}") from e
         return a[()] if a.ndim == 0 else a
 
 

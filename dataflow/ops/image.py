@@ -64,6 +64,11 @@ def _decode_cv2(data, mode):
 def _decode_pillow(data, mode):
     Image = _pil_image()
     with Image.open(io.BytesIO(data)) as img:
+        if img.mode.startswith(("I", "F")):
+            # Pillow's conversion would clip every value to 8 bits (a 16-bit PNG turns white)
+            raise ValueError(f"it is a {img.mode} image (more than 8 bits per value) and Decode "
+                             "gives uint8; decode it with cv2.imdecode(buf, "
+                             "cv2.IMREAD_UNCHANGED) or Pillow to keep its values")
         if img.mode != mode:
             img = img.convert(mode)
         arr = np.array(img)          # a writeable copy

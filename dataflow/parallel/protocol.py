@@ -22,7 +22,7 @@ import types
 
 import numpy as np
 
-from .._helpers import func_name
+from .._helpers import add_note, func_name
 from .. import rng as _rng
 from ..rng import set_datapoint_key
 from . import cvthreads
@@ -90,13 +90,6 @@ class UnknownWorkerException(RuntimeError):
     exception raised is a subclass named after the original class (same ``__qualname__`` and
     ``__module__``), its message ``module.Class: message``; ``args`` and the attributes that
     could be carried are kept."""
-
-
-def _add_note(exc, note):
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:                                       # Python 3.10: kept, not printed
-        exc.__notes__ = list(getattr(exc, "__notes__", ())) + [note]
 
 
 def _dumps_any(obj):
@@ -206,7 +199,7 @@ def unpack_exception(data):
                 except Exception:
                     pass
     for note in notes:
-        _add_note(exc, note)
+        add_note(exc, note)
     return exc
 
 
