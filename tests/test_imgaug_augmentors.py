@@ -426,6 +426,14 @@ def test_colorspace_and_grayscale_equal_cv2():
                                   cv2.cvtColor(img, cv2.COLOR_RGB2GRAY))
     out = imgaug.Grayscale(keepshape=True).augment(img)
     assert out.shape == img.shape and (out[..., 0] == out[..., 2]).all()
+    # float64: converted in float32 (OpenCV's float type), given back as float64
+    f64 = img.astype(np.float64)
+    for aug, shape in ((imgaug.Grayscale(), (30, 40, 1)),
+                       (imgaug.Grayscale(keepshape=True), (30, 40, 3))):
+        out = aug.augment(f64)
+        assert out.dtype == np.float64 and out.shape == shape
+        np.testing.assert_allclose(out[..., 0], cv2.cvtColor(img.astype(np.float32),
+                                                             cv2.COLOR_BGR2GRAY), rtol=1e-6)
     with pytest.raises(ValueError):
         imgaug.Grayscale(keepdims=False, keepshape=True)
 

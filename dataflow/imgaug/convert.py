@@ -12,7 +12,8 @@ __all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
 
 class ColorSpace(PhotometricAugmentor):
     """``cv2.cvtColor(img, mode)``; with ``keepdims`` a result that lost its channel axis
-    gets it back (``(H, W, 1)``)."""
+    gets it back (``(H, W, 1)``). OpenCV converts uint8 and float32 images: a float64 one is
+    converted in float32 and given back as float64 (0.11 failed on it)."""
 
     native = True
 
@@ -21,7 +22,10 @@ class ColorSpace(PhotometricAugmentor):
         self._init(locals())
 
     def _augment(self, img, _):
-        out = cv2().cvtColor(cv_input(img), self.mode)
+        if img.dtype == np.float64:
+            out = cv2().cvtColor(img.astype(np.float32), self.mode).astype(np.float64)
+        else:
+            out = cv2().cvtColor(cv_input(img), self.mode)
         if self.keepdims and out.ndim != img.ndim and out.ndim == 2:
             out = out[:, :, np.newaxis]
         return out
