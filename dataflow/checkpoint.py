@@ -475,8 +475,8 @@ def refill(source, keys, resume_at, keep_iterator=False):
     pos_of = dict(keys)
     if steps and _find_replay(pos_of[steps[0]]) is not None:
         out, it = _refill_sweep(source, steps, pos_of)
-        if it is not None and _same(source._get_position(), resume_at):
-            return (out, it) if keep_iterator else out
+        if it is not None and keep_iterator and _same(source._get_position(), resume_at):
+            return out, it
         _close(it)
         steps = [k for k in steps if k not in out]
     i = 0

@@ -760,13 +760,16 @@ class RepeatedDataPoint(ProxyDataFlow):
 
     def _one_pass(self, r):
         track = _trackable(self.ds, type(self).__name__)
+        it = None
         if r is not None and 0 < r["rep"] < self.num:       # resumed between two repeats
-            dp = _ckpt.refill(self.ds, [(0, r["key"])], r["src"])[0]
+            got, it = _ckpt.refill(self.ds, [(0, r["key"])], r["src"], keep_iterator=True)
+            dp = got[0]
             self._key = r["key"]
             for j in range(r["rep"], self.num):
                 self._rep = j + 1
                 yield dp
-        it = iter(self.ds)
+        if it is None:
+            it = iter(self.ds)
         while True:
             key = self.ds._get_position() if track is True else None
             dp = next(it, _EMPTY)

@@ -560,6 +560,54 @@ def test_queue_source_and_user_dataflow_need_replay():
     assert [b[0].tolist() for b in c2] == [[2, 3]]
 
 
+@pytest.mark.parametrize("k", [1, 3, 4, 5])
+def test_repeated_datapoint_over_a_replayed_source_resumes_between_repeats(k):
+    def build():
+        return D.RepeatedDataPoint(D.DataFromGenerator(lambda: ([j] for j in range(4)), size=4),
+                                   2)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    taken = [next(it)[0] for _ in range(k)]
+    state = through_json(df.state_dict(replay=True))
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    # the rest of the pass once (the held datapoint's remaining repeats, then the source
+    # continued where it was, not restarted), then a whole new pass
+    assert taken + [x[0] for x in df2] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [x[0] for x in df2] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("kind", ["serial", "threads", "processes"])
+def test_a_pass_begins_at_iter_for_every_map(no_leaks, kind):
+    # an iterator dropped mid-pass, a new one made but not started: the state is that of the
+    # new pass, which is what the live pipeline yields next (parallel maps used to point at
+    # the dropped pass)
+    def build():
+        src = D.DataFromList([[k] for k in range(7)], shuffle=True)
+        if kind == "serial":
+            return D.MapData(src, noisy)
+        return (D.MultiThreadMapData if kind == "threads" else D.MultiProcessMapData)(
+            src, 2, noisy, strict=True, ordered=True)
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    next(it), next(it)
+    it2 = iter(df)
+    del it
+    state = through_json(df.state_dict())
+    live = [dp for dp in it2]
+    df.close() if kind != "serial" else None
+    D.set_seed(SEED)
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    assert len(live) == 7 and [dp for dp in df2] == live
+    df2.close() if kind != "serial" else None
+
+
 def test_proxy_subclass_without_state_inherits_its_input_position():
     class Doubled(D.ProxyDataFlow):
         def __iter__(self):

@@ -206,6 +206,15 @@ class ParallelMapData(ProxyDataFlow):
         return dataflow_length(self.ds)
 
     def __iter__(self):
+        # The pass begins at iter(), not at the first next() (as MapData's, see
+        # checkpoint.PassPosition): a pass left unfinished (its iterator dropped) is abandoned
+        # now, so that a state taken before the first next() is that of the new pass.
+        st = self._state
+        if self._resume is None and st is not None and st.in_pass:
+            self._abandon()
+        return self._passes()
+
+    def _passes(self):
         with self._guard:
             if self._exec is None:
                 self.reset_state()
