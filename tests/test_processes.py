@@ -1261,3 +1261,54 @@ def test_worker_streams_of_a_datapoint_are_those_of_a_serial_map(seed_reset):
         parallel.close()
     assert got == serial
     assert len({tuple(r[1:]) for r in got}) == len(src), "each datapoint has its own streams"
+
+
+REUSED = np.zeros(16, np.float32)
+REUSED_BIG = np.zeros(50000, np.float32)
+
+
+def into_a_reused_buffer(dp):
+    REUSED[:] = dp[0]
+    return [REUSED, dp[0]]
+
+
+def into_a_view_of_a_reused_buffer(dp):
+    REUSED_BIG[:] = dp[0]
+    return {"x": (REUSED_BIG[10:], dp[0])}
+
+
+@pytest.mark.timeout(30)
+def test_a_reused_output_buffer_is_copied_before_the_next_datapoint_of_a_chunk(no_leaks):
+    # a chunk's results travel together: each is detached from what the worker keeps as soon
+    # as it is made, so every datapoint keeps its own values (as serial MapData yields them)
+    for f in (into_a_reused_buffer, into_a_view_of_a_reused_buffer):
+        with D.MultiProcessMapData(numbers(200), 2, f, strict=True, ordered=True) as df:
+            df.reset_state()
+            got = list(df)
+        if f is into_a_reused_buffer:
+            assert all((a == k).all() for a, k in got)
+        else:
+            assert all((dp["x"][0] == dp["x"][1]).all() for dp in got)
+        assert len(got) == 200
+    del got
+
+
+def test_detach_copies_only_what_something_else_holds():
+    from dataflow.parallel.protocol import detach_kept
+
+    def result(make):             # as run_chunk holds a result: one local variable
+        r = make()
+        out = detach_kept(r)
+        return r, out
+
+    r, out = result(lambda: [np.zeros(3), 1])
+    assert out is r and out[0] is r[0]                      # fresh: as it is
+    r, out = result(lambda: np.zeros(3))
+    assert out is r
+    r, out = result(lambda: [np.arange(10)[2:], {"k": (np.ones(2), 0)}])
+    assert out is r and out[0] is r[0] and out[1]["k"][0] is r[1]["k"][0]
+    r, out = result(lambda: [REUSED, (REUSED[4:], 2), {"k": REUSED}])
+    assert out[0] is not REUSED and out[1][0].base is None and out[2]["k"] is not REUSED
+    np.testing.assert_array_equal(out[0], REUSED)
+    r, out = result(lambda: REUSED)
+    assert out is not REUSED

@@ -16,6 +16,7 @@ and never each other.
 """
 import collections
 import pickle
+import sys
 import time
 import traceback
 import types
@@ -232,14 +233,106 @@ def staged(func, stage):
     return StagedFunction(func, stage) if stage else func
 
 
-def run_chunk(func, run, items, stop=None):
+def detach_kept(value, _seen=None):
+    """``value`` with copies of the arrays in it (at any depth of lists, tuples and dicts) that
+    something else still refers to: a buffer the map function reuses from datapoint to
+    datapoint, or a cache. A worker that sends a chunk's results together calls it on each
+    result as soon as it is made, so that the next datapoint of the chunk cannot write over it.
+    Fresh arrays and views of fresh arrays are kept as they are; an array whose memory belongs
+    to no other array (shared memory, a received message) is left to the transport.
+
+    Whether something else refers to an array is read from its reference count, against the
+    count of a fresh one seen the same way (measured once, below: the interpreter's own
+    references differ between versions). ``_seen`` collects the counts instead, for that."""
+    if isinstance(value, np.ndarray):                        # a bare array: run_chunk's ``r``
+        if _seen is not None:
+            _seen.append(sys.getrefcount(value))
+            _base_kept(value, _seen)
+            return value
+        return value.copy(order="K") if sys.getrefcount(value) > _BARE or _base_kept(value) \
+            else value
+    c = value.__class__
+    if c is not list and c is not tuple and c is not dict:
+        return value
+    kept = None
+    stack = [value]
+    while stack:
+        box = stack.pop()
+        for a in (box.values() if box.__class__ is dict else box):
+            ac = a.__class__
+            if ac is list or ac is tuple or ac is dict:
+                stack.append(a)
+            elif isinstance(a, np.ndarray):
+                if _seen is not None:
+                    _seen.append(sys.getrefcount(a))
+                elif sys.getrefcount(a) > _IN_BOX or _base_kept(a):
+                    kept = set() if kept is None else kept
+                    kept.add(id(a))
+        a = box = None
+    return value if kept is None else _copied(value, kept)
+
+
+def _base_kept(arr, _seen=None):
+    # (a base of another array type, such as the lease of a shared-memory segment, is the
+    # transport's to judge: see shm.SegmentPool.place)
+    base = arr.base
+    while base.__class__ is np.ndarray:
+        if _seen is not None:
+            _seen.append(sys.getrefcount(base))
+        elif sys.getrefcount(base) > _BASE:
+            return True
+        base = base.base
+    return False
+
+
+def _copied(value, kept):
+    """``value`` rebuilt with copies of the arrays whose ids are in ``kept``."""
+    c = value.__class__
+    if c is list or c is tuple:
+        out = [_copied(v, kept) for v in value]
+        return out if c is list else tuple(out)
+    if c is dict:
+        for k, v in value.items():
+            value[k] = _copied(v, kept)
+        return value
+    if isinstance(value, np.ndarray) and id(value) in kept:
+        return value.copy(order="K")
+    return value
+
+
+def _calibrate():
+    """The reference counts detach_kept sees for a fresh array, bare (held by one variable, as
+    run_chunk's ``r``) and in a list, and for the base of a fresh view."""
+    def bare():
+        seen = []
+        r = np.empty(2)[1:]
+        r = detach_kept(r, seen)
+        return seen
+
+    def in_box():
+        seen = []
+        r = [np.empty(0)]
+        r = detach_kept(r, seen)
+        return seen
+
+    (bare_count, base_count), (box_count,) = bare(), in_box()
+    return bare_count, box_count, base_count
+
+
+_BARE, _IN_BOX, _BASE = _calibrate()
+
+
+def run_chunk(func, run, items, stop=None, detach=None):
     """Apply ``func`` to each ``(seq, index, datapoint)`` of ``items``, datapoints ``index`` of
     source run ``run`` (the key of their random streams, see :func:`dataflow.rng.datapoint_rng`).
 
     Returns ``(results, busy_seconds)`` where ``results`` holds one ``(seq, kind, value)`` per item
     handled: ``(seq, OK, datapoint)``, ``(seq, DROP, None)`` for a ``None`` result, or
     ``(seq, ERR, WorkerError)``. An exception never escapes for a single datapoint. If ``stop`` (a
-    ``threading.Event``) becomes set, the rest of the chunk is abandoned.
+    ``threading.Event``) becomes set, the rest of the chunk is abandoned. ``detach`` (e.g.
+    :func:`detach_kept`) is applied to each result as soon as it is made; ``items`` may be an
+    iterator that lets go of each input, so that what a result shares with its input does not
+    count as kept.
     """
     out = []
     t0 = time.perf_counter()
@@ -277,6 +370,9 @@ def run_chunk(func, run, items, stop=None):
                 out.append((seq, ERR, WorkerError(e, f"TypeError: {e}\n",
                                                   f"datapoint #{index}", fatal=True)))
             else:
+                if detach is not None:
+                    dp = None               # the input's references are not the worker's
+                    r = detach(r)
                 out.append((seq, OK, r))
         if stop is not None and stop.is_set():
             break

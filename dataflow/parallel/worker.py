@@ -20,7 +20,7 @@ import zmq
 from .. import rng
 from .._malloc import keep_freed_memory
 from .allocator import ZeroCopySwitch
-from .protocol import WorkerError, func_name, run_chunk
+from .protocol import WorkerError, detach_kept, func_name, run_chunk
 from .shm import SegmentPool
 from . import cvthreads, shm, transport
 from .start import _close_all
@@ -125,12 +125,14 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
                 continue
             run, items = tasks.popleft()
             placed = pool.bytes_placed
-            with zero_copy.chunk():
-                results, busy = run_chunk(func, run, items)
             indices = {seq: index for seq, index, _ in items}
+            with zero_copy.chunk():
+                # the chunk's results are sent together: each is detached from what the map
+                # function keeps (a reused buffer) as soon as it is made
+                results, busy = run_chunk(func, run, _drained(items), detach=detach_kept)
             for frame in transport.encode_results(results, indices, busy, pool, desc):
                 sock.send(frame)
-            zero_copy.observe(len(items), pool.bytes_placed - placed)
+            zero_copy.observe(len(indices), pool.bytes_placed - placed)
     except BaseException as e:
         err = WorkerError.from_exception(e, f"worker process {os.getpid()} (worker {wid})")
         sock.setsockopt(zmq.LINGER, 2000)            # make sure the report gets out
@@ -171,3 +173,10 @@ def _remove_socket_file(path):
 
 
 _remove_fork_server_address_at_exit()
+
+
+def _drained(items):
+    """The items of a chunk, each let go of once handed out (see run_chunk's ``detach``)."""
+    items.reverse()
+    while items:
+        yield items.pop()
