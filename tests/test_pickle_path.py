@@ -326,3 +326,25 @@ def test_a_class_of_the_main_script_crosses_spawned_workers(tmp_path):
                          timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[0, 2, 4, 6, 8] [{0}, {1}, {2}, {3}, {4}]"
+
+
+class LoadsNowhere:
+    """Pickles in the worker; loading it fails (as a class the consumer cannot import does)."""
+
+    def __reduce__(self):
+        return (int, ("not a number",))
+
+
+def returns_unloadable(dp):
+    return [dp[0], LoadsNowhere()] if dp[0] == 5 else [dp[0]]
+
+
+@pytest.mark.timeout(30)
+def test_a_result_the_consumer_cannot_load_raises_instead_of_hanging(no_leaks):
+    with D.MultiProcessMapData(D.DataFromList([[k] for k in range(12)], shuffle=False), 2,
+                               returns_unloadable, strict=True, ordered=True,
+                               on_error="skip") as df:
+        df.reset_state()
+        with pytest.raises(TypeError, match=r"could not be loaded in the consuming process: "
+                                            r"ValueError.*not a number"):
+            list(df)

@@ -23,7 +23,7 @@ import zmq
 
 from .. import config, rng
 from .._helpers import check_int
-from .protocol import CLOSED_WHILE_ITERATING, PROCESS, Executor
+from .protocol import CLOSED_WHILE_ITERATING, ERR, PROCESS, Executor, WorkerError
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
@@ -401,8 +401,11 @@ class ProcessExecutor(Executor):
             try:
                 results, busy = transport.decode_results(frame, w.reader)
             except transport.MalformedMessage as e:
-                logger.warning("dropped a message from worker process %d: %s", w.process.pid, e)
-                continue
+                if not e.seqs:
+                    logger.warning("dropped a message from worker process %d: %s",
+                                   w.process.pid, e)
+                    continue
+                results, busy = _unloadable(e, w.outstanding), 0.0
             w.busy_s += busy
             moved = w.reader.held_bytes - before
             w.shm_bytes += moved
@@ -490,3 +493,20 @@ class ProcessExecutor(Executor):
             self._gate.close()
             self._context.term()
             self._endpoints.remove()
+
+
+def _unloadable(err, outstanding):
+    """The datapoints of a results message that could not be loaded here (``err``, a
+    :class:`~.transport.MalformedMessage` with their seqs), each as a fatal ``TypeError`` naming
+    it: what a result that cannot be sent between processes gets, rather than a wait forever."""
+    cause = err.__cause__ if err.__cause__ is not None else err
+    out = []
+    for seq in err.seqs:
+        index = outstanding.get(seq, (None, "?"))[1]
+        exc = TypeError(f"the result of datapoint #{index} (or of another datapoint sent with "
+                        f"it) could not be loaded in the consuming process: "
+                        f"{type(cause).__name__}: {cause}. What a map function returns must "
+                        f"be loadable here too (its classes importable in this process)")
+        out.append((seq, ERR, WorkerError(exc, f"TypeError: {exc}\n", f"datapoint #{index}",
+                                          fatal=True)))
+    return out

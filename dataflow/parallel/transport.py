@@ -143,7 +143,15 @@ def make_socket(context):
 
 
 class MalformedMessage(ValueError):
-    """A message that is not what the protocol says; the receiver logs and drops it."""
+    """A message that is not what the protocol says; the receiver logs and drops it.
+
+    ``seqs``: for a results message whose envelope was read but whose datapoints could not be
+    loaded (their pickled part needs a module the consumer cannot import, say), the datapoints
+    it carried, which the receiver reports as failed instead of waiting for them forever."""
+
+    def __init__(self, message, seqs=()):
+        super().__init__(message)
+        self.seqs = list(seqs)
 
 
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"      # where libzmq asks a context's ZAP handler
@@ -366,6 +374,7 @@ def decode_results(frame, reader):
     """``(results, busy)`` from a results frame; arrays are views of shared memory that
     ``reader`` (a :class:`~.shm.SegmentReader`) maps. A failure report is raised;
     :class:`MalformedMessage` for a frame that is not a message."""
+    seqs = ()
     try:
         msg = _unpack(frame)
         if msg[0] == FAILED:
@@ -374,6 +383,7 @@ def decode_results(frame, reader):
             _, busy, new, descs, out, pickled = msg
             if new:
                 reader.add(new)
+            seqs = [item[0] for item in out]
             load = serialize.loader_oob(reader.buffers(descs) if descs else [], allow_pickle=True,
                                         pickled=pickled)
             results = []
@@ -387,6 +397,7 @@ def decode_results(frame, reader):
     except (MemoryError, OSError):          # shared memory refused: not the message's fault
         raise
     except Exception as e:
-        raise MalformedMessage(f"malformed message from a worker: {type(e).__name__}: {e}") \
-            from None
+        cause = e.__cause__ if isinstance(e, ValueError) and e.__cause__ is not None else e
+        raise MalformedMessage(f"malformed message from a worker: {type(e).__name__}: {e}",
+                               seqs) from cause
     raise err.to_exception()
