@@ -157,6 +157,22 @@ _unpackb = msgpack.unpackb
 # search costs less than ``b"__main__" in data``, which first tries the needle as an int and
 # makes a TypeError (that cost as much as pickling a small set).
 _refers_to_main = re.compile(b"__main__").search
+# True in a worker forked by its consumer: its ``__main__`` is the consumer's own, so a pickle
+# that names it loads there as the very class or function (cloudpickle by value would make a
+# new class in the consumer, and ``except MyError`` would not catch a worker's MyError).
+_main_is_shared = False
+
+
+def share_main_module():
+    """Called in a worker forked by its consumer (see ``_main_is_shared``)."""
+    global _main_is_shared
+    _main_is_shared = True
+
+
+def refers_to_unshared_main(data):
+    """Whether the pickle ``data`` names ``__main__`` where the process that loads it has
+    another one (cloudpickle must then carry what it names by value)."""
+    return not _main_is_shared and _refers_to_main(data) is not None
 
 
 def _ext(code, data):
@@ -351,7 +367,7 @@ class _Encoder:
         first = len(buffers)
         try:
             data = _pickle_dumps(obj, 5, buffer_callback=self._keep)
-            if _refers_to_main(data) is None:
+            if not refers_to_unshared_main(data):
                 return data
         except Exception:
             pass

@@ -157,3 +157,49 @@ def test_an_exception_class_of_the_main_script_under_spawn(tmp_path):
                          timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "True 3 bad ('record 3',)"
+
+
+MAIN_SCRIPT = """
+import dataclasses, sys
+from dataflow import DataFromList, MultiProcessMapData
+
+class MyErr(Exception):
+    pass
+
+@dataclasses.dataclass
+class P:
+    x: int
+
+def fails(dp):
+    if dp[0] == 3:
+        raise MyErr("three")
+    return dp
+
+def wraps(dp):
+    return [P(dp[0])]
+
+for method in sys.argv[1:]:
+    src = DataFromList([[k] for k in range(8)], shuffle=False)
+    with MultiProcessMapData(src, 2, fails, strict=True, start_method=method) as df:
+        df.reset_state()
+        try:
+            list(df)
+        except MyErr:
+            print(method, "caught")
+    with MultiProcessMapData(src, 2, wraps, strict=True, start_method=method) as df:
+        df.reset_state()
+        print(method, all(type(dp[0]) is P for dp in df))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_classes_of_the_main_script_come_back_as_themselves_on_every_start_method(tmp_path):
+    # a forked worker shares the consumer's __main__: what it names there is pickled by
+    # reference (by value, cloudpickle made a new class, and `except MyErr` missed the error)
+    script = tmp_path / "main_classes.py"
+    script.write_text(MAIN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), "fork", "spawn", "forkserver"],
+                         capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["fork", "caught", "fork", "True", "spawn", "caught", "spawn",
+                                  "True", "forkserver", "caught", "forkserver", "True"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._helpers import add_note, func_name
 from .. import rng as _rng
+from .. import serialize
 from ..rng import set_datapoint_key
 from . import cvthreads
 
@@ -94,11 +95,12 @@ class UnknownWorkerException(RuntimeError):
 
 
 def _dumps_any(obj):
-    """``obj`` pickled; by cloudpickle when pickle cannot, or would refer to ``__main__`` (which
-    differs between a consumer and its spawned workers). Raises if neither can."""
+    """``obj`` pickled; by cloudpickle when pickle cannot, or would refer to a ``__main__`` that
+    the loading process does not share (a spawned worker's differs from its consumer's; a
+    forked one's is the same). Raises if neither can."""
     try:
         data = pickle.dumps(obj, protocol=5)
-        if b"__main__" not in data:
+        if not serialize.refers_to_unshared_main(data):
             return data
     except Exception:
         pass

@@ -17,7 +17,7 @@ import sys
 
 import zmq
 
-from .. import rng
+from .. import rng, serialize
 from .._malloc import keep_freed_memory
 from .allocator import ZeroCopySwitch
 from .protocol import WorkerError, detach_kept, func_name, run_chunk
@@ -90,6 +90,8 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     # The parent may have died before the kernel was asked to tell us: then nobody will.
     if os.getppid() != parent or (forked_by_consumer and parent != consumer_pid):
         return
+    if forked_by_consumer:
+        serialize.share_main_module()
     _leave_fork_server()
     # a map function allocates a fresh array per datapoint, freed once it is in shared memory:
     # with glibc's defaults each one above 128 KiB page-faulted in anew (about 90 us for 150 KB)
