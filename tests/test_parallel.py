@@ -274,6 +274,21 @@ def test_numpy_integer_counts_are_taken_as_in_tensorpack(make):
         D.MultiThreadMapData(Numbers(3), np.bool_(True), double)
 
 
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_iteration_that_reset_state_replaced_raises_instead_of_hanging(make, strict):
+    df = make(Numbers(20), 2, double, strict=strict)
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    df.reset_state()                          # new workers; the old pass's datapoints are gone
+    with pytest.raises(RuntimeError, match="reset_state.*start a new iteration"):
+        for _ in it:
+            pass
+    assert len(values(df)) == 20
+    df.close()
+
+
 def test_close_is_idempotent_and_reset_restarts(make):
     df = make(Numbers(10), 2, double, strict=True)
     df.reset_state()

@@ -23,9 +23,9 @@ from ..base import DataFlowReentrantGuard, ProxyDataFlow, random_stage
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
 # The shared vocabulary; the names that used to be defined here stay importable from here.
-from .protocol import (CLOSED_WHILE_ITERATING, DROP, ERR, OK, Executor,  # noqa: F401
-                       InlineExecutor, WorkerError, WorkerTraceback, func_name, run_chunk,
-                       staged)
+from .protocol import (CLOSED_WHILE_ITERATING, DROP, ERR, OK,  # noqa: F401
+                       RESET_WHILE_ITERATING, Executor, InlineExecutor, WorkerError,
+                       WorkerTraceback, func_name, run_chunk, staged)
 
 __all__ = ["ParallelMapData", "Executor", "run_chunk", "WorkerError", "WorkerTraceback",
            "OK", "DROP", "ERR"]
@@ -223,6 +223,13 @@ class ParallelMapData(ProxyDataFlow):
             else:
                 yield from self._endless_pass()
 
+    def _check_current(self, st):
+        """An iteration whose state ``reset_state()`` (or ``close()``) replaced cannot go on:
+        its datapoints are not in the new workers (it would wait for them forever)."""
+        if self._state is not st:
+            raise RuntimeError(CLOSED_WHILE_ITERATING if self._state is None else
+                               RESET_WHILE_ITERATING)
+
     def _warming_up(self):
         """Whether chunk sizes are still unknown. The first datapoints of a worker pay one-time
         costs (imports, caches, its first shared memory): until each of the first workers could
@@ -366,6 +373,7 @@ class ParallelMapData(ProxyDataFlow):
         st.run += 1
         st.in_pass = True
         while True:
+            self._check_current(st)
             while st.ready:
                 seq, kind, value = st.ready.popleft()     # handed over (see _watermark)
                 if kind == OK and policy.simple:
@@ -427,6 +435,7 @@ class ParallelMapData(ProxyDataFlow):
             handled = 0
         st.handled, st.in_pass = handled, True
         while target is None or handled < target:
+            self._check_current(st)
             self._fill_endless()
             if target is None and st.run_len is not None:
                 target = policy.total = st.run_len

@@ -38,6 +38,8 @@ SERIAL, THREAD, PROCESS, RAY = "serial", "thread", "process", "ray"
 
 
 CLOSED_WHILE_ITERATING = "the dataflow was closed while it was being iterated"
+RESET_WHILE_ITERATING = ("reset_state() was called while this iteration was running: its "
+                         "datapoints went with the old workers; start a new iteration")
 
 
 # Kinds of result a worker reports for one datapoint.
