@@ -540,6 +540,63 @@ def test_consumer_sigkill_takes_every_worker_with_it(script, method):
         assert_no_new_shm(s.shm_before)
 
 
+# The pipeline made in a thread that ends: the kernel's death signal follows the thread that
+# started a worker, so these workers go without it, watching for the consumer themselves.
+IN_A_THREAD = '''
+import threading
+method = sys.argv[1]
+marks = os.path.join(os.environ["TMPDIR"], "spinning")
+os.makedirs(marks, exist_ok=True)
+
+
+def spin(dp):                     # a long chunk: the worker is busy when its consumer dies
+    open(os.path.join(marks, str(os.getpid())), "w").close()
+    t = time.monotonic()
+    while time.monotonic() - t < 60:
+        pass
+    return dp
+
+
+made = {}
+
+
+def build():
+    df = D.MultiProcessMapData(D.DataFromList([[i] for i in range(50)], shuffle=False), 2,
+                               spin, start_method=method)
+    df.reset_state()
+    made["df"] = df
+
+
+t = threading.Thread(target=build)
+t.start()
+t.join()                          # the thread that started the workers is gone
+df = made["df"]
+say("PIDS", *df._exec.pids)
+it = iter(df)
+threading.Thread(target=lambda: next(it), daemon=True).start()
+while len(os.listdir(marks)) < 2:
+    time.sleep(0.05)
+say("READY")
+time.sleep(120)
+'''
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_started_by_an_ended_thread_live_and_die_with_the_consumer(script, method):
+    # alive while the consumer is (spawn's used to be killed with the thread that started
+    # them), gone within the limit once it is SIGKILLed, in the middle of a chunk (fork's
+    # used to spin on forever)
+    s = script(f"thread_{method}", IN_A_THREAD, method)
+    pids = s.expect_pids("PIDS")
+    s.expect("READY", limit=40)
+    assert not any(is_gone(p) for p in pids)
+    t0 = time.monotonic()
+    os.kill(s.pid, signal.SIGKILL)
+    assert_all_gone(pids, CLEANUP_LIMIT, f"thread_{method}_cleanup", since=t0)
+    s.wait(10)
+
+
 @pytest.mark.timeout(40)
 def test_consumer_sigkill_with_fork_server_leaves_no_file(script):
     s, pids, server, tree = start_iterating(script, "sigkill", "forkserver")

@@ -146,10 +146,6 @@ class ProcessExecutor(Executor):
         try:
             self._mp = _get_context(method)
             self._shipped = _Shipped(make_func)
-            # PR_SET_PDEATHSIG follows the thread that forked: only safe when that thread lives
-            # as long as the consumer (the main thread, or the fork server's).
-            self._pdeathsig = method != "fork" or \
-                threading.current_thread() is threading.main_thread()
             self._workers = [None] * num_workers
             self._cv_threads = cvthreads.threads_for(num_workers)
             for wid in range(num_workers):
@@ -157,6 +153,14 @@ class ProcessExecutor(Executor):
         except BaseException:
             self.close()
             raise
+
+    def _pdeathsig_safe(self):
+        """Whether a worker started now may ask the kernel to kill it with its parent thread
+        (PR_SET_PDEATHSIG follows the thread that forked): only when that thread lives as long
+        as the consumer, the main thread or the fork server's. Otherwise the worker watches for
+        its consumer's death in a thread of its own."""
+        return self.start_method == "forkserver" or \
+            threading.current_thread() is threading.main_thread()
 
     def _spawn(self, wid):
         key = next(self._incarnations)
@@ -178,7 +182,8 @@ class ProcessExecutor(Executor):
         p = self._mp.Process(
             target=_worker_main, name=f"{self._name}-{wid}",
             args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped,
-                  rng.get_seed(), os.getpid(), self._pdeathsig, self.start_method != "forkserver",
+                  rng.get_seed(), os.getpid(), self._pdeathsig_safe(),
+                  self.start_method != "forkserver",
                   config.worker_nice(), self._cv_threads,
                   self.start_method == "fork" and "cv2" in sys.modules))
         try:

@@ -14,6 +14,8 @@ import re
 import signal
 import socket
 import sys
+import threading
+import time
 
 import zmq
 
@@ -85,11 +87,15 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
-    if pdeathsig:
-        die_with_parent()
+    watched = pdeathsig and die_with_parent()
     # The parent may have died before the kernel was asked to tell us: then nobody will.
     if os.getppid() != parent or (forked_by_consumer and parent != consumer_pid):
         return
+    if not watched:
+        # no signal from the kernel when the consumer dies (the thread that started us may
+        # end before it, or this is not Linux): a thread looks, also while a chunk runs
+        threading.Thread(target=_exit_when_orphaned, args=(parent, consumer_pid),
+                         name="dataflow-orphan-watch", daemon=True).start()
     if forked_by_consumer:
         serialize.share_main_module()
     _leave_fork_server()
@@ -182,3 +188,11 @@ def _drained(items):
     items.reverse()
     while items:
         yield items.pop()
+
+
+def _exit_when_orphaned(parent, consumer_pid):
+    """End this worker at once (as the kernel's SIGKILL would) once its consumer is gone."""
+    while True:
+        time.sleep(_LIVENESS_INTERVAL)
+        if os.getppid() != parent or not process_alive(consumer_pid):
+            os._exit(0)
