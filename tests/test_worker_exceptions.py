@@ -203,3 +203,35 @@ def test_classes_of_the_main_script_come_back_as_themselves_on_every_start_metho
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["fork", "caught", "fork", "True", "spawn", "caught", "spawn",
                                   "True", "forkserver", "caught", "forkserver", "True"]
+
+
+class LoadError(Exception):
+    pass
+
+
+class LoadsOnlyHere:
+    """A map function that cannot be loaded in another process."""
+
+    def __call__(self, dp):
+        return dp
+
+    def __getstate__(self):
+        return {"pid": os.getpid()}
+
+    def __setstate__(self, state):
+        if os.getpid() != state["pid"]:
+            raise LoadError("this map function cannot be loaded in a worker")
+
+
+@pytest.mark.timeout(60)
+def test_a_map_function_that_cannot_be_loaded_in_a_spawned_worker_raises_its_own_error():
+    # loaded in the worker's own code, so the failure reaches the consumer with its type and
+    # traceback (it failed in multiprocessing's start-up: an exit code and nothing else)
+    src = D.DataFromList([[k] for k in range(6)], shuffle=False)
+    with D.MultiProcessMapData(src, 2, LoadsOnlyHere(), strict=True,
+                               start_method="spawn") as df:
+        df.reset_state()
+        with pytest.raises(LoadError, match="cannot be loaded in a worker") as info:
+            list(df)
+    assert isinstance(info.value.__cause__, WorkerTraceback)
+    assert "__setstate__" in str(info.value.__cause__)

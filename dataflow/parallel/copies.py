@@ -5,7 +5,7 @@ import itertools
 
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
-from .._helpers import dataflow_length, empty_pass_error
+from .._helpers import dataflow_length, empty_pass_error, func_name
 from ..stats import tell_label
 from .mapper import ParallelMapData
 
@@ -20,6 +20,9 @@ class Constant:
 
     def __call__(self, wid):
         return self.func
+
+    def __repr__(self):             # (what messages about sending it to workers name)
+        return f"the map function {func_name(self.func)}"
 
 
 class _Tickets:

@@ -37,12 +37,24 @@ def _checked_start_method(method):
     return method
 
 
+_NOT_LOADED = object()
+
+
 class _Shipped:
-    """Carries an object to a worker: inherited as is with fork, cloudpickled otherwise."""
+    """Carries an object to a worker: inherited as is with fork, cloudpickled otherwise. A
+    pickled one is loaded when the worker first asks for ``obj``, in its own code (where a
+    failure, a class that cannot be loaded there, say, is reported to the consumer with its
+    type and traceback), not while multiprocessing starts the process."""
 
     def __init__(self, obj):
-        self.obj = obj
+        self._obj = obj
         self._data = None
+
+    @property
+    def obj(self):
+        if self._obj is _NOT_LOADED:
+            self._obj = pickle.loads(self._data)
+        return self._obj
 
     def __reduce__(self):
         if self._data is None:
@@ -56,7 +68,7 @@ class _Shipped:
 
 
 def _unship(data):
-    s = _Shipped(pickle.loads(data))
+    s = _Shipped(_NOT_LOADED)
     s._data = data
     return s
 
