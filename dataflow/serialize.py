@@ -16,9 +16,10 @@ Values round-trip exactly, type included:
   F-contiguous array comes back F-contiguous, any other array comes back C-contiguous.
 
 Instances of subclasses of ``int``, ``float``, ``str``, ``bytes``, ``list``, ``tuple`` and
-``dict`` (``IntEnum``, ``namedtuple``, ``OrderedDict``, ...) and of ``numpy.ndarray`` (``memmap``,
-``matrix``) are encoded as their base type; ``bytearray`` and ``memoryview`` come back as
-``bytes``.
+``dict`` (``IntEnum``, ``namedtuple``, ``OrderedDict``, ...) are encoded as their base type, or,
+with ``allow_pickle=True`` (the process transport), pickled so that they come back as
+themselves; those of ``numpy.ndarray`` (``memmap``, ``matrix``) are encoded as arrays;
+``bytearray`` and ``memoryview`` come back as ``bytes``.
 
 Anything else -- object arrays, masked arrays, sets, datetimes, fractions, dataclasses, custom
 classes -- is carried by pickle only when the caller passes ``allow_pickle=True`` (the process
@@ -72,6 +73,9 @@ _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1   # the range msgpack encodes nat
 _KINDS = frozenset("biufcmMSUV")                  # dtype kinds whose bytes are the values
 _BASE_TYPES = ((float, float.__float__), (str, str.__str__), (bytes, bytes),
                (list, list), (dict, dict))
+# Subclasses of the types msgpack carries (namedtuples, OrderedDict, IntEnum, ...) met by an
+# encoder that may pickle: it pickles them, so they come back as themselves.
+_SUBCLASS_OF_NATIVE = set()
 
 
 class _Unsupported(TypeError):
@@ -293,18 +297,33 @@ class _Encoder:
                 return self.pickled(obj)        # a structured scalar, an object
             code = obj.dtype.str.encode()
             return msgpack.ExtType(_EXT_SCALAR, bytes([len(code)]) + code + obj.tobytes())
+        if self.allow_pickle and type(obj) in _SUBCLASS_OF_NATIVE:
+            # a namedtuple, an OrderedDict, an IntEnum, ...: between a consumer and its own
+            # workers it comes back as itself (encoded as its base type it would not)
+            return self.pickled(obj)
         if isinstance(obj, int):    # too large for msgpack, or a subclass such as IntEnum
+            if obj.__class__ is not int and self.allow_pickle and \
+                    len(_SUBCLASS_OF_NATIVE) < 1024:
+                _SUBCLASS_OF_NATIVE.add(type(obj))
+                return self.pickled(obj)
             value = int.__int__(obj)
             if _INT_MIN <= value <= _INT_MAX:
                 return value
             return msgpack.ExtType(
                 _EXT_INT, value.to_bytes(value.bit_length() // 8 + 1, "little", signed=True))
         if isinstance(obj, tuple):
+            if obj.__class__ is not tuple and self.allow_pickle and \
+                    len(_SUBCLASS_OF_NATIVE) < 1024:
+                _SUBCLASS_OF_NATIVE.add(type(obj))
+                return self.pickled(obj)
             return msgpack.ExtType(_EXT_TUPLE, self.pack(list(obj)))
         if isinstance(obj, complex):
             return msgpack.ExtType(_EXT_COMPLEX, struct.pack("<dd", obj.real, obj.imag))
         for base, convert in _BASE_TYPES:
             if isinstance(obj, base):
+                if self.allow_pickle and len(_SUBCLASS_OF_NATIVE) < 1024:
+                    _SUBCLASS_OF_NATIVE.add(type(obj))
+                    return self.pickled(obj)
                 return convert(obj)
         if len(_PICKLED_TYPES) < 1024:
             _PICKLED_TYPES.add(type(obj))
