@@ -380,3 +380,22 @@ def test_subclasses_of_lists_tuples_dicts_and_ints_come_back_as_themselves(no_le
         assert g[1:] == e[1:]
     plain = serialize.loads(serialize.dumps(expected[0]))
     assert [type(x) for x in plain] == [tuple, dict, dict, int]
+
+
+def too_deep(dp):
+    if dp[0] == 3:
+        nested = []
+        for _ in range(100000):
+            nested = [nested]
+        return nested
+    return dp
+
+
+@pytest.mark.timeout(60)
+def test_a_result_too_deep_to_send_is_a_type_error_naming_it(no_leaks):
+    with D.MultiProcessMapData(D.DataFromList([[k] for k in range(8)], shuffle=False), 2,
+                               too_deep, strict=True, ordered=True) as df:
+        df.reset_state()
+        with pytest.raises(TypeError, match=r"too_deep returned datapoint #3 that cannot be "
+                                            r"sent.*recursion"):
+            list(df)

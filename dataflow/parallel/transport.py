@@ -296,9 +296,9 @@ def _encode_value(seq, value, buffers, to_pickle, index, func_desc):
     try:
         return [seq, OK, serialize.dumps_oob(value, buffers, INLINE_LIMIT, allow_pickle=True,
                                              to_pickle=to_pickle)]
-    except TypeError as e:
+    except (TypeError, ValueError, RecursionError) as e:   # (msgpack: ValueError if too deep)
         exc = TypeError(f"{func_desc} returned datapoint #{index} that cannot be sent to the "
-                        f"consumer: {e}")
+                        f"consumer: {type(e).__name__}: {e}")
         return [seq, ERR, pickle_error(WorkerError(exc, f"TypeError: {exc}\n",
                                                    f"datapoint #{index}", fatal=True))]
 
@@ -311,7 +311,7 @@ def _finish(m, indices, func_desc):
     if m.to_pickle:
         try:
             pickled = serialize.pickle_objects(m.to_pickle, m.buffers, INLINE_LIMIT)
-        except TypeError:
+        except (TypeError, RecursionError):
             m.buffers.clear()
             m.out = [_encode_value(r[0], m.values[r[0]], m.buffers, None, indices[r[0]],
                                    func_desc) if r[1] == OK else r for r in m.out]
