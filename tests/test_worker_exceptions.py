@@ -235,3 +235,20 @@ def test_a_map_function_that_cannot_be_loaded_in_a_spawned_worker_raises_its_own
             list(df)
     assert isinstance(info.value.__cause__, WorkerTraceback)
     assert "__setstate__" in str(info.value.__cause__)
+
+
+class NewWantsArguments(Exception):
+    def __new__(cls, a, b):
+        return super().__new__(cls, a, b)
+
+    def __init__(self, a, b):
+        super().__init__(a)
+        self.b = b
+
+
+def test_an_exception_whose_new_wants_other_arguments_keeps_its_class():
+    # rebuilt without its __new__ (which wants b too): its class, args and attributes, no
+    # stand-in claiming the class cannot be imported
+    exc = unpack_exception(pack_exception(NewWantsArguments(1, 2)))
+    assert type(exc) is NewWantsArguments and exc.args == (1,) and exc.b == 2
+    assert not getattr(exc, "__notes__", None)

@@ -185,7 +185,10 @@ def unpack_exception(data):
                 try:
                     exc = cls.__new__(cls, *args)
                 except Exception:
-                    exc = cls.__new__(cls)
+                    try:
+                        exc = cls.__new__(cls)
+                    except Exception:       # a __new__ that wants other arguments
+                        exc = BaseException.__new__(cls)
                 exc.args = args
                 if loaded:
                     exc.__dict__.update(loaded)
