@@ -653,6 +653,9 @@ class MapDataComponent(MapData):
         super().__init__(ds, self._mapper)
         _tell_stats_label(self, func)
 
+    def _fingerprint_params(self):
+        return {"index": _json_key(self._index)}
+
     def _mapper(self, dp):
         r = self._func(dp[self._index])
         if r is None:
@@ -1078,6 +1081,14 @@ class SelectComponent(MapData):
 
     def _select(self, dp):
         return [dp[i] for i in self.idxs]
+
+    def _fingerprint_params(self):
+        return {"idxs": [_json_key(i) for i in self.idxs]}
+
+
+def _json_key(key):
+    """A component index or key as a state's fingerprint holds it (JSON)."""
+    return key if isinstance(key, (int, str)) and not isinstance(key, bool) else repr(key)
 
 
 class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):

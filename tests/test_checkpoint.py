@@ -666,6 +666,13 @@ def test_fingerprint_mismatch_names_the_first_difference():
     shuffled = state_of(D.LocallyShuffleData(numbers(10), 4))
     with pytest.raises(ValueError, match="'buffer_size' is 4 in the state, 5"):
         D.LocallyShuffleData(numbers(10), 5).load_state_dict(shuffled)
+    pairs = D.MapData(numbers(10), lambda dp: [dp[0], -dp[0]])
+    selected = state_of(D.SelectComponent(pairs, [1, 0]))
+    with pytest.raises(ValueError, match=r"'idxs' is \[1, 0\] in the state, \[0\]"):
+        D.SelectComponent(pairs, [0]).load_state_dict(selected)
+    component = state_of(D.MapDataComponent(pairs, abs, index=0))
+    with pytest.raises(ValueError, match="'index' is 0 in the state, 1"):
+        D.MapDataComponent(pairs, abs, index=1).load_state_dict(component)
 
 
 def test_unknown_format_and_other_seed_are_refused():
