@@ -251,15 +251,31 @@ def detach_kept(value, _seen=None):
     Whether something else refers to an array is read from its reference count, against the
     count of a fresh one seen the same way (measured once, below: the interpreter's own
     references differ between versions). ``_seen`` collects the counts instead, for that."""
-    if isinstance(value, np.ndarray):                        # a bare array: run_chunk's ``r``
-        if _seen is not None:
+    c = value.__class__
+    if c is list or c is tuple:
+        # the usual datapoint, a flat list: one pass, no stack
+        for a in value:
+            ac = a.__class__
+            if ac is list or ac is tuple or ac is dict:
+                break                       # nested: the general walk below
+            if ac is np.ndarray or isinstance(a, np.ndarray):
+                if _seen is not None:
+                    _seen.append(sys.getrefcount(a))
+                elif sys.getrefcount(a) > _IN_BOX or _base_kept(a):
+                    break
+        else:
+            return value
+        a = None
+    elif c is not dict:
+        if not isinstance(value, np.ndarray):
+            return value
+        if _seen is not None:                                # a bare array: run_chunk's ``r``
             _seen.append(sys.getrefcount(value))
             _base_kept(value, _seen)
             return value
         return value.copy(order="K") if sys.getrefcount(value) > _BARE or _base_kept(value) \
             else value
-    c = value.__class__
-    if c is not list and c is not tuple and c is not dict:
+    if _seen is not None:
         return value
     kept = None
     stack = [value]
@@ -329,6 +345,11 @@ def _calibrate():
 _BARE, _IN_BOX, _BASE = _calibrate()
 
 
+def _emptied(reversed_items):
+    while reversed_items:
+        yield reversed_items.pop()
+
+
 def run_chunk(func, run, items, stop=None, detach=None):
     """Apply ``func`` to each ``(seq, index, datapoint)`` of ``items``, datapoints ``index`` of
     source run ``run`` (the key of their random streams, see :func:`dataflow.rng.datapoint_rng`).
@@ -337,9 +358,9 @@ def run_chunk(func, run, items, stop=None, detach=None):
     handled: ``(seq, OK, datapoint)``, ``(seq, DROP, None)`` for a ``None`` result, or
     ``(seq, ERR, WorkerError)``. An exception never escapes for a single datapoint. If ``stop`` (a
     ``threading.Event``) becomes set, the rest of the chunk is abandoned. ``detach`` (e.g.
-    :func:`detach_kept`) is applied to each result as soon as it is made; ``items`` may be an
-    iterator that lets go of each input, so that what a result shares with its input does not
-    count as kept.
+    :func:`detach_kept`) is applied to each result as soon as it is made; ``items`` (a list)
+    is then emptied as it is read, so that what a result shares with its input does not count
+    as kept.
     """
     out = []
     t0 = time.perf_counter()
@@ -353,6 +374,9 @@ def run_chunk(func, run, items, stop=None, detach=None):
     if func.__class__ is StagedFunction:
         func, stage = func.func, func.stage
     slot, cursor = _rng.key_slot(), _rng.map_key(run, 0, stage=stage)
+    if detach is not None:
+        items.reverse()
+        items = _emptied(items)
     for seq, index, dp in items:
         cursor[1] = index
         slot[0] = cursor

@@ -137,7 +137,7 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
             with zero_copy.chunk():
                 # the chunk's results are sent together: each is detached from what the map
                 # function keeps (a reused buffer) as soon as it is made
-                results, busy = run_chunk(func, run, _drained(items), detach=detach_kept)
+                results, busy = run_chunk(func, run, items, detach=detach_kept)
             for frame in transport.encode_results(results, indices, busy, pool, desc):
                 sock.send(frame)
             zero_copy.observe(len(indices), pool.bytes_placed - placed)
@@ -181,13 +181,6 @@ def _remove_socket_file(path):
 
 
 _remove_fork_server_address_at_exit()
-
-
-def _drained(items):
-    """The items of a chunk, each let go of once handed out (see run_chunk's ``detach``)."""
-    items.reverse()
-    while items:
-        yield items.pop()
 
 
 def _exit_when_orphaned(parent, consumer_pid):
