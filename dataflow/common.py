@@ -486,6 +486,7 @@ class MapData(ProxyDataFlow):
     """
 
     keys_random_streams = True       # see base.random_stage
+    _random_stage = 0
 
     def __init__(self, ds, func, *, num_parallel_workers=None, python_multiprocessing=False,
                  on_error="raise", max_errors=None, max_restarts=0):

@@ -108,6 +108,7 @@ class ParallelMapData(ProxyDataFlow):
     _autotune_ok = True
     #: a map of a user function: its datapoints' random streams are keyed (see base.random_stage)
     keys_random_streams = True
+    _random_stage = 0
 
     def __init__(self, ds, num_workers, map_func, *, buffer_size=200, strict=False,
                  ordered=False, on_error="raise", max_errors=None, timeout=None):
