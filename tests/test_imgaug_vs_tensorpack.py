@@ -10,6 +10,7 @@ import io
 import numpy as np
 import pytest
 
+from benchmarks.imgaug_micro import seed_all
 from dataflow import imgaug
 
 from ._tensorpack import run_tensorpack
@@ -96,7 +97,7 @@ for dtype in ("uint8", "float32"):
         aug = eval(expr)
         aug.reset_state()
         for seed in range(calls):
-            set_rng(aug, seed)
+            seed_all(aug, seed)
             t = aug.get_transform(img)
             out[f"{{name}}/{{dtype}}/{{seed}}"] = t.apply_image(img.copy())
             if name not in no_coords:
@@ -106,27 +107,12 @@ np.savez(buf, **out)
 sys.stdout.write(buf.getvalue().hex())
 """
 
-SET_RNG = '''
-def set_rng(aug, seed, seen=None):
-    """RandomState(seed) for ``aug`` and every augmentor inside it."""
-    seen = set() if seen is None else seen
-    if id(aug) in seen:
-        return
-    seen.add(id(aug))
-    aug.rng = np.random.RandomState(seed)
-    for v in list(vars(aug).values()):
-        for item in (v if isinstance(v, (list, tuple)) else [v]):
-            item = item[0] if isinstance(item, tuple) and item else item
-            if hasattr(item, "get_transform") and hasattr(item, "reset_state"):
-                set_rng(item, seed, seen)
-'''
-exec(SET_RNG)      # the same helper on our side
 
 
 @pytest.fixture(scope="module")
 def tensorpack_outputs():
     import inspect
-    code = inspect.getsource(_image) + SET_RNG + RUN.format(
+    code = inspect.getsource(_image) + inspect.getsource(seed_all) + RUN.format(
         cases=CASES, no_coords=NO_COORDS, calls=CALLS, coords=COORDS.tolist())
     raw = bytes.fromhex(run_tensorpack(code, timeout=120).strip().splitlines()[-1])
     return dict(np.load(io.BytesIO(raw)))
@@ -140,7 +126,7 @@ def test_equal_seeds_give_tensorpacks_output(tensorpack_outputs, name, dtype):
     aug.reset_state()
     img = _image(dtype)
     for seed in range(CALLS):
-        set_rng(aug, seed)     # noqa: F821 (defined by exec above)
+        seed_all(aug, seed)
         t = aug.get_transform(img)
         ours = np.ascontiguousarray(t.apply_image(img.copy()))
         theirs = tensorpack_outputs[f"{name}/{dtype}/{seed}"]
