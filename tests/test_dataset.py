@@ -55,6 +55,22 @@ class _Truncating(_Quiet):
         self.close_connection = True
 
 
+class _ChunkedTruncating(_Quiet):
+    """Sends the file in chunked encoding, stops after a first chunk of half of it, closes."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        data = open(self.translate_path(self.path), "rb").read()
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        half = data[: len(data) // 2]
+        self.wfile.write(b"%x\r\n" % len(data) + half)
+        self.wfile.flush()
+        self.close_connection = True
+
+
 def _serve(root, handler):
     server = http.server.HTTPServer(("127.0.0.1", 0), functools.partial(handler,
                                                                         directory=str(root)))
@@ -184,6 +200,41 @@ def test_download_detects_a_truncated_transfer(no_leaks, tmp_path):
     server, thread = _serve(root, _Truncating)
     try:
         with pytest.raises(IOError, match=r"f\.bin"):
+            dl.download(f"http://127.0.0.1:{server.server_address[1]}/f.bin",
+                        str(tmp_path / "d"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert os.listdir(tmp_path / "d") == []
+
+
+def test_a_gz_download_must_decompress_whole_and_is_readable_by_others(no_leaks, tmp_path,
+                                                                       http_root):
+    # no expected size, and a server that sends no length (or an HTML page): the gzip stream
+    # itself is checked before the file takes its final name
+    root, url = http_root
+    whole = gzip.compress(b"d" * 50000)
+    (root / "cut.gz").write_bytes(whole[: len(whole) // 2])
+    (root / "page.gz").write_bytes(b"<html>not found</html>")
+    for name in ("cut.gz", "page.gz"):
+        with pytest.raises(IOError, match=name.replace(".", r"\.") + " is not a whole gzip"):
+            dl.download(f"{url}/{name}", str(tmp_path / "d"))
+    assert os.listdir(tmp_path / "d") == []
+    (root / "ok.gz").write_bytes(whole)
+    path = dl.download(f"{url}/ok.gz", str(tmp_path / "d"))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask      # not mkstemp's 0600
+
+
+def test_a_broken_chunked_transfer_is_an_ioerror_naming_the_url(no_leaks, tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "f.bin").write_bytes(b"z" * 100000)
+    server, thread = _serve(root, _ChunkedTruncating)
+    try:
+        with pytest.raises(IOError, match=r"download of .*f\.bin failed: IncompleteRead"):
             dl.download(f"http://127.0.0.1:{server.server_address[1]}/f.bin",
                         str(tmp_path / "d"))
     finally:

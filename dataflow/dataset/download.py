@@ -5,8 +5,8 @@
   else ``~/tensorpack_data``. The base directory is created if missing.
 * :func:`download` fetches a URL with a progress bar (tqdm, when installed) to a temporary name
   beside the target and renames it only when the byte count matches both the server's
-  ``Content-Length`` and the expected size; otherwise it raises ``IOError`` and leaves nothing
-  under the final name.
+  ``Content-Length`` and the expected size, and a ``.gz`` file decompresses whole (its CRC
+  checked); otherwise it raises ``IOError`` and leaves nothing under the final name.
 * :func:`dataset_url` gives the URL of a dataset file: the dataset's default base, overridden by
   ``$DATAFLOW_<NAME>_URL`` (for example ``DATAFLOW_MNIST_URL``), or by ``$DATAFLOW_DATASET_URL``
   for every dataset at once, in which case the file is looked up under ``<url>/<name>/``
@@ -14,10 +14,13 @@
   ``ilsvrc_metadata``, ``bsds500``, ``svhn``, ``caltech101``).
 """
 import contextlib
+import gzip
+import http.client
 import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 
 __all__ = ["get_dataset_path", "download", "dataset_url", "extract_tar"]
 
@@ -63,14 +66,34 @@ def download(url, dir, filename=None, expect_size=None):
                           "wrong file or truncated transfer (check the mirror)")
         if got == 0:
             raise IOError(f"download of {url} gave an empty file")
+        if filename.endswith(".gz"):
+            _check_gzip(tmp, url)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)       # (mkstemp made it private to this user)
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and not str(e).startswith("download of"):
-            raise IOError(f"download of {url} failed: {e}") from e
+        if isinstance(e, (OSError, http.client.HTTPException)) and \
+                not str(e).startswith("download of"):
+            raise IOError(f"download of {url} failed: {type(e).__name__}: {e}") from e
         raise
     return path
+
+
+def _check_gzip(path, url):
+    """A ``.gz`` download must be a whole gzip stream (its CRC checked): without an expected size
+    or a ``Content-Length``, a connection dropped halfway or an HTML error page would otherwise
+    be kept under the final name."""
+    try:
+        with gzip.open(path, "rb") as f:
+            while f.read(CHUNK):
+                pass
+    except (OSError, EOFError, zlib.error) as e:
+        raise IOError(f"download of {url} is not a whole gzip file ({type(e).__name__}: {e}): "
+                      "truncated transfer, or the server sent something else (check the "
+                      "mirror)") from None
 
 
 def _fetch(url, out, label):

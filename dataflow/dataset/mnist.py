@@ -20,7 +20,8 @@ def _read_idx(path, magic):
         with gzip.open(path, "rb") as f:
             data = f.read()
     except (OSError, EOFError, zlib.error) as e:
-        raise ValueError(f"{path}: not a readable gzip file (truncated or corrupted?): {e}") \
+        raise ValueError(f"{path}: not a readable gzip file (truncated or corrupted? delete it to "
+                         f"download it again): {e}") \
             from e
     ndim = 3 if magic == _IMAGES_MAGIC else 1
     header = 4 * (1 + ndim)
