@@ -29,6 +29,7 @@ sending). Both ends therefore set glibc's malloc to keep freed memory in the pro
 freed heap kept); ``tune_malloc=False`` leaves the process's malloc as it is.
 """
 import sys
+import threading
 import weakref
 
 import zmq
@@ -57,6 +58,11 @@ def _key(key):
 
 def _is_tcp(addr):
     return addr.startswith("tcp://")
+
+
+# How long a receiver waits for a frame before it looks whether close() was called from
+# another thread (a frame that arrives ends the wait at once).
+_POLL_MS = 100
 
 
 def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server_key=None,
@@ -174,8 +180,7 @@ class RemoteDataZMQ(DataFlow):
         # the running iterations, for close(); held weakly, so that an iteration its caller
         # dropped is collected at once (its sockets closed), as tensorpack's is, and a new one
         # can start
-        self._active = weakref.WeakSet()
-
+        self._active = weakref.WeakKeyDictionary()     # running iterations -> their stop
 
     def __len__(self):
         # endless: a plain NotImplementedError, so that list() fails at once (see
@@ -189,20 +194,31 @@ class RemoteDataZMQ(DataFlow):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        self._active = weakref.WeakSet()
+        self._active = weakref.WeakKeyDictionary()
 
     def reset_state(self):
         self.cnt1 = self.cnt2 = 0
 
     def close(self):
-        """End running iterations (their sockets are closed); idempotent."""
-        active, self._active = list(self._active), weakref.WeakSet()
-        for gen in active:
-            gen.close()
+        """End running iterations (their sockets are closed); idempotent. An iteration that
+        another thread is running ends there: at once if it is waiting for a datapoint (within
+        ``_POLL_MS``), else before its next one."""
+        active, self._active = list(self._active.items()), weakref.WeakKeyDictionary()
+        here = threading.get_ident()
+        for gen, (stop, owner) in active:
+            stop.set()
+            # another thread's iteration ends in that thread, which owns its sockets: at its
+            # next step, or within _POLL_MS if it is waiting for a frame
+            if owner[0] in (None, here):
+                try:
+                    gen.close()
+                except ValueError:      # (running: it sees ``stop``)
+                    pass
 
     def __iter__(self):
-        gen = self._receive()
-        self._active.add(gen)
+        stop, owner = threading.Event(), [None]
+        gen = self._receive(stop, owner)
+        self._active[gen] = (stop, owner)
         return gen
 
     def _socket(self, ctx, addr):
@@ -220,7 +236,8 @@ class RemoteDataZMQ(DataFlow):
             sock.connect(addr)
         return sock
 
-    def _receive(self):
+    def _receive(self, stop, owner):
+        owner[0] = threading.get_ident()
         with self._guard:
             if self.tune_malloc:
                 keep_freed_memory()
@@ -234,17 +251,21 @@ class RemoteDataZMQ(DataFlow):
                     if a:
                         socks.append(self._socket(ctx, a))
                 if len(socks) == 1:
+                    socks[0].rcvtimeo = _POLL_MS     # to look at ``stop`` while no data comes
                     recv = socks[0].recv
-                    while True:
-                        frame = recv(copy=False)
+                    while not stop.is_set():
+                        try:
+                            frame = recv(copy=False)
+                        except zmq.Again:
+                            continue
                         self.cnt1 += 1
                         yield self._decode(frame, self.addr1, self.cnt1)
                 else:
                     poller = zmq.Poller()
                     for s in socks:
                         poller.register(s, zmq.POLLIN)
-                    while True:
-                        for s, _ in poller.poll():
+                    while not stop.is_set():
+                        for s, _ in poller.poll(_POLL_MS):
                             frame = s.recv(copy=False)
                             if s is socks[0]:
                                 self.cnt1 += 1

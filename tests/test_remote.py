@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -332,3 +334,28 @@ def test_our_sender_to_tensorpack_receiver(no_leaks, ipc_addr, fmt, serialize):
     got = json.loads(out.strip().splitlines()[-1])
     for i, (k, arr, dtype, s) in enumerate(got):
         assert_dp([k, np.array(arr, dtype=dtype), s], i)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("with_sender", [False, True])
+def test_close_from_another_thread_ends_the_running_iteration(no_leaks, ipc_addr, with_sender):
+    # waiting for a frame (no sender) or receiving them: the consuming thread's loop ends
+    # (the sockets are closed in that thread), and close() itself raises nothing
+    df = D.BatchData(RemoteDataZMQ(ipc_addr), 2)
+    df.reset_state()
+    started, ended = threading.Event(), []
+
+    def consume():
+        started.set()
+        ended.append(sum(1 for _ in df))
+
+    with (sender(ipc_addr, n=4) if with_sender else contextlib.nullcontext()):
+        t = threading.Thread(target=consume)
+        t.start()
+        started.wait(10)
+        if with_sender:
+            while df.ds.cnt1 < 10:        # datapoints are flowing
+                time.sleep(0.01)
+        df.close()
+        t.join(5)
+        assert not t.is_alive() and len(ended) == 1
