@@ -35,6 +35,8 @@ from .formats.svmlight import SVMLightData
 # --- on-disk formats (issue 16): LMDB, TFRecord; lmdb and crc32c imported on use ---
 from .formats.lmdb import CaffeLMDB, LMDBData, LMDBDataDecoder, LMDBSerializer
 from .formats.tfrecord import TFRecordSerializer
+# what a reader built with allow_pickle=False raises for a pickle value or frame
+from .formats.codec import PickleRefusedError
 
 # --- dataset readers (issue 16): `from dataflow import dataset; dataset.Cifar10('train')` ---
 from . import dataset

@@ -34,14 +34,16 @@ def check_int(name, value, minimum):
 
 
 def check_positive_number(name, value, allow_none=False):
-    """``value`` if it is a positive int or float (not a bool), or ``None`` when allowed; else
-    ``ValueError`` naming ``name``."""
+    """``value`` if it is a positive number (not a bool; a numpy one becomes a Python int or
+    float), or ``None`` when allowed; else ``ValueError`` naming ``name``."""
     if value is None and allow_none:
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
         raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a positive number, "
                          f"got {value!r}")
-    return value
+    if type(value) is int or type(value) is float:
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)   # numpy's
 
 
 def empty_pass_error(who, df):

@@ -363,7 +363,8 @@ class _Encoder:
         (out-of-band buffers go straight to ``buffers``), and :meth:`default` has this inline.
         """
         if not self.allow_pickle:
-            raise _Unsupported(obj, what)
+            raise _Unsupported(obj, what, " (only pickle carries it: pass allow_pickle=True "
+                                          "where the reader is trusted)")
         if self.to_pickle is not None:
             self.to_pickle.append(obj)
             return _PICKLED_NEXT

@@ -268,6 +268,8 @@ def test_numpy_integer_counts_are_taken_as_in_tensorpack(make):
         assert df.num_workers == 2 and type(df.num_workers) is int
         df.reset_state()
         assert sorted(values(df)) == sorted(values(D.MapData(Numbers(6), double)))
+    with make(Numbers(6), 2, double, timeout=np.int64(30)) as df:
+        assert df.timeout == 30 and type(df.timeout) is int
     m = D.MapData(Numbers(4), double, num_parallel_workers=np.int64(2))
     assert m.executor == "thread"
     with pytest.raises(ValueError):

@@ -612,3 +612,33 @@ def test_state_of_process_copies_resumes_in_ray_actors_and_back(ray_session):
         df.close()
     assert len(got) == 3 * ckr.N
     ckr.check_copies(got, made)
+
+
+def test_address_local_starts_the_private_instance(monkeypatch):
+    # "local" (argument or $RAY_ADDRESS) asks for a new local instance: ours, on loopback in a
+    # private directory, not Ray's default one listening on every interface
+    from dataflow.parallel import ray as dray
+    calls = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kwargs):
+            calls.append(kwargs)
+
+    monkeypatch.setattr(dray, "import_ray", lambda: FakeRay())
+    monkeypatch.setattr(dray, "_private_local_instance", lambda ray: calls.append("private"))
+    monkeypatch.setattr(dray.atexit, "register", lambda *a: None)
+    monkeypatch.setattr(dray, "_started_ray", False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    dray.ensure_ray("local")
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    dray.ensure_ray()
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    dray.ensure_ray()
+    assert calls[0] == "private" and "_temp_dir" in calls[1]
+    assert calls[2] == "private" and "_temp_dir" in calls[3]
+    assert calls[4] == {"address": None}
+    for d in (calls[1]["_temp_dir"], calls[3]["_temp_dir"]):
+        os.rmdir(d)

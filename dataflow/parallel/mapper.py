@@ -134,8 +134,7 @@ class ParallelMapData(ProxyDataFlow):
                     max_errors < 0 or (isinstance(max_errors, float) and max_errors > 1):
                 raise ValueError("max_errors must be None, an int >= 0 (errors per pass) or a "
                                  f"float in [0, 1] (fraction of a pass), got {max_errors!r}")
-        check_positive_number("timeout", timeout, allow_none=True)
-        self.timeout = timeout
+        self.timeout = check_positive_number("timeout", timeout, allow_none=True)
         self.num_workers = num_workers
         self.map_func = map_func
         self.buffer_size = buffer_size

@@ -115,9 +115,10 @@ def ensure_ray(address=None, num_cpus=None):
             logger.debug("Ray is already initialized in this process; address=%r not used",
                          address)
         return ray
-    if address is not None or os.environ.get("RAY_ADDRESS"):
+    requested = address if address is not None else os.environ.get("RAY_ADDRESS")
+    if requested and requested != "local":
         ray.init(address=address)
-    else:
+    else:                   # ("local": a new local instance, which is ours to make private)
         # Ray keeps a started instance's logs and sockets under /tmp/ray after it stops; ours
         # go to a private directory, removed at exit once the instance is down.
         temp_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
@@ -323,7 +324,7 @@ class RayExecutor(Executor):
     def __init__(self, num_workers, make_func, address=None, max_restarts=0,
                  num_cpus_per_worker=1):
         _check_max_restarts(max_restarts)
-        _check_cpus(num_cpus_per_worker)
+        num_cpus_per_worker = _check_cpus(num_cpus_per_worker)
         self.max_restarts = max_restarts
         self.restarts = 0
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -346,12 +347,16 @@ class RayExecutor(Executor):
     def _check_capacity(self, num_workers):
         need = num_workers * self.num_cpus_per_worker
         try:
-            have = self._ray.cluster_resources().get("CPU", 0)
+            total = self._ray.cluster_resources().get("CPU", 0)
+            free = self._ray.available_resources().get("CPU", 0)
         except Exception:
             return
-        if have < need:
-            logger.warning("%d Ray actors need %s CPUs but the Ray cluster has %s now; the rest "
-                           "wait until the cluster grows", num_workers, need, have)
+        if free < need:
+            # (other actors, another pipeline's say, may hold the cluster's CPUs)
+            logger.warning("%d Ray actors need %s CPUs but the Ray cluster has %s free now (of "
+                           "%s); the rest wait until CPUs are freed or the cluster grows, and "
+                           "the datapoints dealt to them wait with them", num_workers, need,
+                           free, total)
 
     def _start(self, wid):
         name = f"{self._tag}-w{wid}.{next(self._incarnations)}"
@@ -518,7 +523,7 @@ def _check_max_restarts(n):
 
 
 def _check_cpus(n):
-    check_positive_number("num_cpus_per_worker", n)
+    return check_positive_number("num_cpus_per_worker", n)
 
 
 class _RayChunks:
@@ -571,7 +576,7 @@ class RayMapData(_RayChunks, ParallelMapData):
                          ordered=ordered, on_error=on_error, max_errors=max_errors,
                          timeout=timeout)
         _check_max_restarts(max_restarts)
-        _check_cpus(num_cpus_per_worker)
+        num_cpus_per_worker = _check_cpus(num_cpus_per_worker)
         self.address = address
         self.max_restarts = max_restarts
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -606,7 +611,7 @@ class RayRunner(_RayChunks, CopiesRunner):
     def __init__(self, ds, num_workers, *, num_prefetch=50, address=None, max_restarts=0,
                  num_cpus_per_worker=1, timeout=None):
         _check_max_restarts(max_restarts)
-        _check_cpus(num_cpus_per_worker)
+        num_cpus_per_worker = _check_cpus(num_cpus_per_worker)
         import_ray()
         self.address = address
         self.max_restarts = max_restarts
