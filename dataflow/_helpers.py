@@ -80,3 +80,10 @@ def add_note(exc, note):
         exc.add_note(note)
     else:
         exc.__notes__ = list(getattr(exc, "__notes__", ())) + [note]
+
+
+def endless(name):
+    """What ``len()`` of an endless dataflow raises: a plain ``NotImplementedError``, so that
+    ``list()`` fails at once (``base.UnknownLengthError``, also a ``TypeError``, would make it
+    iterate forever)."""
+    raise NotImplementedError(f"{name} is endless: len() is unavailable")

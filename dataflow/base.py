@@ -252,21 +252,18 @@ def random_stage(df):
     (:func:`dataflow.rng.datapoint_random_state`). Stacked maps, serial or parallel, thereby
     draw from distinct streams, and a map draws the same numbers whichever executor runs the
     maps below it. A map is a dataflow whose class sets ``keys_random_streams``; the walk follows
-    ``ds`` and ``df_lists`` (the inputs of the proxies and of the multi-input dataflows)."""
+    the inputs that a state's fingerprint follows (``checkpoint.inputs_of``)."""
     return _random_stage(df, 0)
 
 
 def _random_stage(df, depth):
-    if df is None or depth > 200:           # (a cycle would be a bug elsewhere; stop anyway)
+    keyed = getattr(type(df), "keys_random_streams", None)
+    if keyed is False or depth > 200:
+        # a runner: the maps in its copies key by copy as well (and its copies are not made
+        # before it starts); a cycle would be a bug elsewhere
         return 0
-    below = 0
-    ds = getattr(df, "ds", None)
-    if ds is not None:
-        below = _random_stage(ds, depth + 1)
-    for d in getattr(df, "df_lists", None) or ():
-        d = d[0] if isinstance(d, (tuple, list)) else d
-        below = max(below, _random_stage(d, depth + 1))
-    return below + (1 if getattr(type(df), "keys_random_streams", False) else 0)
+    below = max((_random_stage(d, depth + 1) for d in _ckpt.inputs_of(df)), default=0)
+    return below + (1 if keyed else 0)
 
 
 class ProxyDataFlow(DataFlow):

@@ -35,8 +35,9 @@ ARRIVAL = "arrival_order_of"
 
 
 # -- fingerprint --------------------------------------------------------------------------------
-def _inputs(df):
-    """The dataflows ``df`` reads from, in a fixed order: ``df.ds``, then ``df.df_lists``."""
+def inputs_of(df):
+    """The dataflows ``df`` reads from, in a fixed order: ``df.ds``, then ``df.df_lists`` (a
+    runner: the dataflow it runs copies of)."""
     own = getattr(df, "_fingerprint_inputs", None)
     if callable(own):                  # a runner: the dataflow it runs copies of
         return own()
@@ -57,7 +58,7 @@ def fingerprint(df):
     params_of = getattr(df, "_fingerprint_params", None)
     return {"class": name_of() if callable(name_of) else type(df).__name__,
             "params": params_of() if callable(params_of) else {},
-            "inputs": [fingerprint(d) for d in _inputs(df)]}
+            "inputs": [fingerprint(d) for d in inputs_of(df)]}
 
 
 def _first_difference(saved, here, path):

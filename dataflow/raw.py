@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
+from ._helpers import endless
 from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
 from .stats import Counted as _Counted
 
@@ -120,9 +121,7 @@ class DataFromQueue(DataFlow):
         self._guard = DataFlowReentrantGuard()
 
     def __len__(self):
-        # endless: a plain NotImplementedError, so that list() fails at once (see
-        # UnknownLengthError, which list() would take as "just iterate")
-        raise NotImplementedError("DataFromQueue is endless: len() is unavailable")
+        endless("DataFromQueue")
 
     def __iter__(self):
         return _ckpt.replay_counted(self, self._gets)

@@ -34,6 +34,7 @@ import weakref
 
 import zmq
 
+from ._helpers import endless
 from ._malloc import keep_freed_memory
 from .base import DataFlow, DataFlowReentrantGuard
 from .formats import codec
@@ -183,9 +184,7 @@ class RemoteDataZMQ(DataFlow):
         self._active = weakref.WeakKeyDictionary()     # running iterations -> their stop
 
     def __len__(self):
-        # endless: a plain NotImplementedError, so that list() fails at once (see
-        # UnknownLengthError, which list() would take as "just iterate")
-        raise NotImplementedError("RemoteDataZMQ is endless: len() is unavailable")
+        endless("RemoteDataZMQ")
 
     def __getstate__(self):
         state = dict(self.__dict__)
