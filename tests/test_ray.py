@@ -141,6 +141,43 @@ def test_a_local_instance_we_start_leaves_no_files():
     assert ours() <= before, f"left behind: {sorted(ours() - before)}"
 
 
+_KILLED_DRIVER = """
+import os, sys
+import dataflow as D
+df = D.RayMapData(D.DataFromList([[i] for i in range(10 ** 6)], shuffle=False), 2,
+                  lambda dp: [dp[0] * 2])
+df.reset_state()
+it = iter(df)
+next(it)
+print(os.environ["DATAFLOW_RAY_INSTANCE"], flush=True)
+sys.stdin.read()                    # until the test kills this process
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_driver_leaves_no_ray_process_and_no_files():
+    """SIGKILL of a process that started a local Ray instance: Ray's agents, which outlive their
+    raylet for a minute, are stopped, and the instance's directory is removed, by its reaper."""
+    from dataflow.parallel import ray_reaper
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.Popen([sys.executable, "-c", _KILLED_DRIVER], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        temp_dir = driver.stdout.readline().strip()
+        assert temp_dir and os.path.isdir(temp_dir), driver.wait(60)
+        assert ray_reaper.instance_pids(temp_dir), "no process of Ray carries the mark"
+    finally:
+        driver.kill()
+        driver.wait()
+        driver.stdin.close()
+        driver.stdout.close()
+    assert wait_until(lambda: not os.path.exists(temp_dir), seconds=30), \
+        f"{temp_dir} is still there"
+    assert ray_reaper.instance_pids(temp_dir) == []
+
+
 _PRIVATE_INSTANCE = """
 import os, socket, subprocess, sys
 import psutil, ray                      # imported before dataflow starts the instance

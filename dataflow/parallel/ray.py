@@ -18,11 +18,13 @@ Guarantees and choices, in one place:
   a cluster we joined is not ours, and a local instance we started is shared by every later Ray
   dataflow of the process (starting one costs seconds). It goes at interpreter exit (Ray's own
   exit hook), or when you call ``ray.shutdown()``. :func:`started_ray` tells whether we started it.
-  Its files go to a private temporary directory (not ``/tmp/ray``), removed at exit. A local
-  instance we start is private to this machine and to whoever holds its token: every one of its
-  servers (GCS, raylet, object manager, workers) listens on the loopback address only, and Ray's
-  token authentication is on (``RAY_AUTH_MODE=token``) with a random token of this process
-  (``RAY_AUTH_TOKEN``, unless you set one), so that another local user cannot submit work either.
+  Its files go to a private temporary directory (not ``/tmp/ray``), removed at exit; if this
+  process is killed instead, a reaper process (:mod:`.ray_reaper`) stops what is left of the
+  instance and removes the directory. A local instance we start is private to this machine and
+  to whoever holds its token: every one of its servers (GCS, raylet, object manager, workers)
+  listens on the loopback address only, and Ray's token authentication is on
+  (``RAY_AUTH_MODE=token``) with a random token of this process (``RAY_AUTH_TOKEN``, unless you
+  set one), so that another local user cannot submit work either.
 * **Actors** are ordinary (non-detached) actors named ``dataflow-<executor id>-w<worker>.<n>`` in
   the driver's namespace, each holding ``num_cpus_per_worker`` CPUs. Each calls
   ``make_func(worker_id)`` once (seeded like a worker process, see :func:`dataflow.rng.seed_worker`)
@@ -65,7 +67,7 @@ from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, Executor, InlineExecutor,
                        WorkerError, run_chunk)
-from . import cvthreads
+from . import cvthreads, ray_reaper
 from .supervisor import WorkerCrashedError, check_workers
 from .transport import pickle_error, unpickle_error
 
@@ -121,8 +123,11 @@ def ensure_ray(address=None, num_cpus=None):
     else:                   # ("local": a new local instance, which is ours to make private)
         # Ray keeps a started instance's logs and sockets under /tmp/ray after it stops; ours
         # go to a private directory, removed at exit once the instance is down.
+        # If this process is killed instead, a reaper process stops what is left of the
+        # instance and removes the directory (see .ray_reaper).
         temp_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
-        atexit.register(_shut_down_and_remove, ray, temp_dir)
+        reaper = ray_reaper.start(temp_dir)
+        atexit.register(_shut_down_and_remove, ray, temp_dir, reaper)
         _private_local_instance(ray)
         ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
                  _temp_dir=temp_dir)
@@ -151,12 +156,13 @@ def _private_local_instance(ray):
                        "token authentication")
 
 
-def _shut_down_and_remove(ray, temp_dir):
+def _shut_down_and_remove(ray, temp_dir, reaper):
     """At exit: stop the local Ray instance we started (Ray's own exit hook, registered when
-    Ray was imported, would run after this one), then remove its files."""
+    Ray was imported, would run after this one), then end its reaper, which removes its files."""
     try:
         ray.shutdown()
     finally:
+        ray_reaper.stop(reaper)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
