@@ -527,11 +527,13 @@ class ParallelMapData(ProxyDataFlow):
     def _done_after(self, lo):
         """The seqs above ``lo`` handed over already (an unordered map has them)."""
         st = self._state
+        done = [s for s in st.skip_send if s > lo]
+        if self.ordered:        # results are handed over in seq order: none above lo yet
+            return done
         pending = set(st.outstanding)
         pending.update(st.held)
         pending.update(s for s, _, _ in st.ready)
-        done = [s for s in range(lo + 1, st.next_seq) if s not in pending]
-        done.extend(s for s in st.skip_send if s > lo)
+        done.extend(s for s in range(lo + 1, st.next_seq) if s not in pending)
         return done
 
     def _get_position(self):
