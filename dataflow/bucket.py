@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import checkpoint as _ckpt
+from ._helpers import add_note
 from .base import ProxyDataFlow, UnknownLengthError
 from .collate import batch_numpy
 
@@ -106,10 +107,12 @@ class _Buckets:
 
 class _PadSpec:
     """How to pad one component: a target shape (``None`` entries: the largest in the batch; the
-    whole shape ``None``: every dimension) and a fill value.
+    whole shape ``None``: every dimension) and a fill value (``None``: the dtype's zero, ``""``
+    for strings).
 
-    :meth:`pad` guarantees an array of shape ``(n,) + target`` with the dtype of the batch's first
-    value, each value in the top-left corner and ``pad_value`` (cast to that dtype) elsewhere,
+    :meth:`pad` guarantees an array of shape ``(n,) + target`` with the values' common dtype
+    (``np.result_type`` of the non-empty values, strings widened to hold the longest and the fill
+    value), each value in the top-left corner and the fill value (cast to that dtype) elsewhere,
     or a ``ValueError`` naming the component.
     """
 
@@ -129,7 +132,7 @@ class _PadSpec:
             shape = tuple(None if d is None else int(d) for d in shape)
         self.key = key
         self.shape = shape
-        self.value = 0 if value is None else value
+        self.value = value
 
     def _target(self, arrays, dim0):
         key = self.key
@@ -144,7 +147,7 @@ class _PadSpec:
         target = [max(s[d] for s in shapes) if n is None else n for d, n in enumerate(spec)]
         if dim0 is not None and spec[:1] == (None,):
             target[0] = dim0
-        elif dim0 is not None and rank == 0:
+        elif dim0 is not None and self.shape is None and rank == 0:
             raise ValueError(f"{_NAME}: cannot pad component {key!r} to the bucket boundary: "
                              "its values are scalars (no dimension 0)")
         return tuple(target)
@@ -159,7 +162,7 @@ class _PadSpec:
         except ValueError as e:  # a ragged nested list, say
             raise ValueError(f"{_NAME}: cannot pad component {key!r}: a value is not an array "
                              f"of one shape ({e})") from e
-        dtype = arrays[0].dtype
+        dtype = self._dtype(arrays, indices)
         target = self._target(arrays, dim0)
         for j, a in enumerate(arrays):
             if any(s > t for s, t in zip(a.shape, target)):
@@ -167,7 +170,8 @@ class _PadSpec:
                 raise ValueError(f"{_NAME}: cannot pad component {key!r}: datapoint {where} has "
                                  f"shape {a.shape}, larger than the target shape {target}")
         try:
-            fill = np.asarray(self.value, dtype=dtype)
+            fill = (np.zeros((), dtype) if self.value is None
+                    else np.asarray(self.value, dtype=dtype))
         except (OverflowError, ValueError, TypeError) as e:
             raise ValueError(f"{_NAME}: cannot pad component {key!r}: pad_value {self.value!r} "
                              f"does not fit its dtype {dtype} ({e})") from e
@@ -175,6 +179,20 @@ class _PadSpec:
         for j, a in enumerate(arrays):
             out[(j,) + tuple(slice(0, s) for s in a.shape)] = a
         return out
+
+    def _dtype(self, arrays, indices):
+        """The dtype that holds every value of the batch and the fill value: an empty value
+        (``[]`` is float64 to numpy) has no say unless all are empty."""
+        dtypes = [a.dtype for a in arrays if a.size] or [a.dtype for a in arrays]
+        fill = None if self.value is None else np.asarray(self.value)
+        if fill is not None and fill.dtype.kind in "US" and dtypes[0].kind == fill.dtype.kind:
+            dtypes.append(fill.dtype)           # a pad string longer than every value
+        try:
+            return np.result_type(*dtypes)
+        except TypeError as e:
+            where = "" if indices is None else f" (datapoints {list(indices)} of this pass)"
+            raise ValueError(f"{_NAME}: cannot pad component {self.key!r}: its values have no "
+                             f"common dtype{where}: {sorted(set(map(str, dtypes)))}") from e
 
 
 class BucketBatchData(ProxyDataFlow):
@@ -188,8 +206,11 @@ class BucketBatchData(ProxyDataFlow):
     with empty buckets, and each batch holds the datapoints of one bucket in arrival order.
 
     Components named in ``pad_info`` are padded (see :class:`_PadSpec`); the others are batched
-    as :meth:`BatchData.aggregate_batch` does, so values of different shapes raise its
-    ``ValueError`` naming the component. With ``pad_to_bucket_boundary=True``, dimension 0 of each
+    as :meth:`BatchData.aggregate_batch` does, except that, when ``pad_info`` is given, values of
+    different shapes are padded to the largest in the batch with zeros (``""`` for strings), as
+    MindSpore pads the columns its ``pad_info`` leaves out; without ``pad_info`` they raise a
+    ``ValueError`` naming the component and the datapoints. The datapoints of a batch must have
+    the same components (``ValueError`` naming the one that differs). With ``pad_to_bucket_boundary=True``, dimension 0 of each
     padded component of a batch from bucket ``[b_{i-1}, b_i)`` is padded to ``b_i - 1`` (unless
     its pad_shape gives it explicitly), and a datapoint that falls in the last, unbounded bucket
     raises ``ValueError``.
@@ -209,10 +230,11 @@ class BucketBatchData(ProxyDataFlow):
                 that of its first component (see :func:`default_element_length`).
             pad_info (dict): ``{component index or key: (pad_shape, pad_value)}``; ``pad_shape``
                 None pads every dimension to the largest in the batch, a tuple gives the target
-                shape (its None entries: the largest in the batch). ``pad_value`` (None: 0) is
-                cast to the component's dtype.
-            pad_to_bucket_boundary (bool): pad dimension 0 of the padded components to the
-                bucket's upper boundary minus 1. Requires ``pad_info``.
+                shape (its None entries: the largest in the batch). ``pad_value`` (None: the
+                dtype's zero, ``""`` for strings) is cast to the values' common dtype.
+            pad_to_bucket_boundary (bool): pad dimension 0 of the components named in
+                ``pad_info`` (where their pad_shape leaves it None) to the bucket's upper
+                boundary minus 1. Requires ``pad_info``.
             drop_remainder (bool): drop, instead of producing, the incomplete batches left in the
                 buckets at the end of a pass.
         """
@@ -237,7 +259,11 @@ class BucketBatchData(ProxyDataFlow):
                                  "depends on the lengths of the datapoints")
 
     def _length(self, dp, index):
-        length = self.element_length_function(dp)
+        try:
+            length = self.element_length_function(dp)
+        except Exception as e:
+            add_note(e, f"{_NAME}: in element_length_function of datapoint {index} of this pass")
+            raise
         if not _is_int(length):
             raise TypeError(f"{_NAME}: the length of datapoint {index} of this pass must be an "
                             f"int, got {length!r} ({type(length).__name__})")
@@ -262,17 +288,31 @@ class BucketBatchData(ProxyDataFlow):
         return b
 
     def _batch(self, bucket, dps, indices):
-        """One batch of the datapoints ``dps`` of bucket number ``bucket``."""
+        """One batch of the datapoints ``dps`` (``indices`` in the pass) of bucket ``bucket``."""
         dim0 = self.buckets.upper_bound(bucket) - 1 if self.pad_to_bucket_boundary else None
         first = dps[0]
+        keys = _components(first)
+        for dp, index in zip(dps, indices):
+            if set(_components(dp)) != set(keys):
+                raise ValueError(f"{_NAME}: datapoint {index} of this pass has components "
+                                 f"{list(_components(dp))}, datapoint {indices[0]} of the same "
+                                 f"batch {list(keys)}")
         out = {} if isinstance(first, Mapping) else []
-        for key in _components(first):
+        for key in keys:
             values = [dp[key] for dp in dps]
             spec = self.pad_specs.get(key)
             if spec is not None:
                 batched = spec.pad(values, dim0, indices)
             else:
-                batched = batch_numpy(values, key)
+                try:
+                    batched = batch_numpy(values, key)
+                except ValueError as e:
+                    if not self.pad_specs:
+                        raise ValueError(f"{_NAME}: cannot batch component {key!r} of datapoints "
+                                         f"{indices} of this pass without padding (give "
+                                         f"pad_info): {e}") from e
+                    # as MindSpore: with pad_info, the other components are padded too
+                    batched = _PadSpec(key, (None, None)).pad(values, None, indices)
             if isinstance(out, dict):
                 out[key] = batched
             else:

@@ -383,6 +383,78 @@ def test_pad_value_that_does_not_fit_the_dtype():
         one_pass(df)
 
 
+def test_strings_and_bytes_are_padded_without_being_cut():
+    dps = [[["a"], [b"x"], 0], [["ccc", "dd"], [b"yyy", b"zz"], 1]]
+    df = BucketBatchData(src(dps), [10], [2, 2], pad_info={0: (None, None), 1: (None, None)})
+    (batch,) = one_pass(df)
+    assert batch[0].tolist() == [["a", ""], ["ccc", "dd"]]
+    assert batch[1].tolist() == [[b"x", b""], [b"yyy", b"zz"]]
+    df = BucketBatchData(src(dps), [10], [2, 2], pad_info={0: (None, "<pad>")})
+    (batch,) = one_pass(df)
+    assert batch[0].tolist() == [["a", "<pad>"], ["ccc", "dd"]]
+
+
+@pytest.mark.parametrize("values, dtype, expected", [
+    ([[], [1, 2]], np.int64, [[0, 0], [1, 2]]),           # an empty value has no dtype to give
+    ([[1, 2], [1.5]], np.float64, [[1, 2], [1.5, 0]]),
+    ([np.array([1], np.int32), np.array([2 ** 40])], np.int64, [[1], [2 ** 40]]),
+])
+def test_padded_batch_has_the_common_dtype_in_any_order(values, dtype, expected):
+    for order in (1, -1):
+        dps = [[v, i] for i, v in enumerate(values)][::order]
+        (batch,) = one_pass(BucketBatchData(src(dps), [10], [2, 2], pad_info=PAD))
+        assert batch[0].dtype == dtype
+        assert batch[0].tolist() == expected[::order]
+
+
+def test_components_not_in_pad_info_are_padded_with_zeros_when_ragged():
+    # as MindSpore's bucket_batch_by_length: with pad_info, every other component is padded to
+    # the longest in the batch with 0 (those of one shape are stacked as BatchData does)
+    dps = [[np.arange(2), np.ones(2), 7], [np.arange(3), np.ones(3), 8]]
+    (batch,) = one_pass(BucketBatchData(src(dps), [10], [2, 2], pad_info={0: (None, -1)}))
+    assert batch[0].tolist() == [[0, 1, -1], [0, 1, 2]]
+    assert batch[1].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert batch[2].tolist() == [7, 8] and batch[2].dtype == np.int32
+
+
+def test_explicit_scalar_pad_shape_with_pad_to_bucket_boundary():
+    dps = [[np.zeros(1), 5], [np.zeros(2), 6]]
+    df = BucketBatchData(src(dps), [3], [2, 2], pad_info={0: (None, 0), 1: ((), 0)},
+                         pad_to_bucket_boundary=True)
+    (batch,) = one_pass(df)
+    assert batch[0].shape == (2, 2) and batch[1].tolist() == [5, 6]
+
+
+def test_ragged_component_without_pad_info_names_the_datapoints_of_the_pass():
+    dps = [[np.zeros(n), i] for i, n in enumerate([2, 9, 9, 3])]
+    df = BucketBatchData(src(dps), [5], [2, 2])
+    with pytest.raises(ValueError, match=r"BucketBatchData: cannot batch component 0 of "
+                                         r"datapoints \[0, 3\] of this pass without padding "
+                                         r"\(give pad_info\)"):
+        one_pass(df)
+
+
+@pytest.mark.parametrize("second, match", [
+    ({"x": np.zeros(1)}, r"datapoint 1 of this pass has components \['x'\], datapoint 0 of "
+                         r"the same batch \['x', 'y'\]"),
+    ({"x": np.zeros(1), "y": 1, "z": 2}, r"datapoint 1 of this pass has components"),
+])
+def test_datapoints_of_another_structure_name_the_datapoint(second, match):
+    dps = [{"x": np.zeros(1), "y": 0}, second]
+    df = BucketBatchData(src(dps), [10], [2, 2], pad_info={"x": (None, 0)})
+    with pytest.raises(ValueError, match=match):
+        one_pass(df)
+
+
+def test_error_in_the_length_function_names_the_datapoint():
+    df = BucketBatchData(src(seqs([1, 2])), [10], [2, 2],
+                         element_length_function=lambda dp: {0: 1}[dp[1]])
+    with pytest.raises(KeyError) as info:
+        one_pass(df)
+    if hasattr(info.value, "add_note"):         # notes print from Python 3.11 on
+        assert "element_length_function of datapoint 1 of this pass" in str(info.value.__notes__)
+
+
 def test_pad_info_names_a_missing_component():
     df = BucketBatchData(src(seqs([1])), [10], [2, 2], pad_info={"tokens": (None, 0)})
     with pytest.raises(ValueError, match=r"pad_info names component 'tokens', which datapoint 0 "
