@@ -16,8 +16,8 @@ def _shape_of(x):
 def batch_numpy(data_list, key=None):
     """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
     ``bool`` -> bool, ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
-    and scalars -> their dtype (of the first one) with a new leading axis; anything else is
-    returned as the list itself."""
+    and scalars -> their dtype (of the first one; for numpy strings, the width of the longest)
+    with a new leading axis; anything else is returned as the list itself."""
     data = data_list[0]
     if type(data) is bool:
         dtype = "bool"
@@ -29,6 +29,8 @@ def batch_numpy(data_list, key=None):
         dtype = "str"
     elif isinstance(data, (np.ndarray, np.generic)):
         dtype = data.dtype
+        if dtype.kind in "US":      # fixed-width strings: the first one's width would cut longer
+            dtype = dtype.kind      # ones (tensorpack's do); numpy picks the width of the longest
     else:
         return list(data_list)
     try:

@@ -254,6 +254,14 @@ def test_batchdata_big_python_int_falls_back_to_int64():
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
 
 
+def test_batchdata_numpy_strings_are_not_cut_to_the_first_width():
+    # tensorpack 0.11 gives [['a'], ['c']] (the first value's dtype, <U1)
+    dps = [[np.array(["a"]), np.array([b"x"])], [np.array(["ccc"]), np.array([b"yyy"])]]
+    (batch,) = list(BatchData(DataFromList(dps, shuffle=False), 2))
+    assert batch[0].tolist() == [["a"], ["ccc"]]
+    assert batch[1].tolist() == [[b"x"], [b"yyy"]]
+
+
 def test_batchdata_dicts_and_use_list():
     src = [{"a": np.zeros(3, np.float64) + i, "b": i} for i in range(4)]
     df = BatchData(DataFromList(src, shuffle=False), 2)
