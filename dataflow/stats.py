@@ -312,7 +312,7 @@ class ParallelStats:
     thread once per batch of results, never per datapoint."""
 
     __slots__ = ("wait_s", "batches", "results", "busy_s", "occupancy_sum", "occupancy_max",
-                 "base", "since")
+                 "skipped", "replaced", "base", "since")
 
     def __init__(self):
         self.wait_s = 0.0          # consumer seconds spent waiting for results
@@ -321,6 +321,8 @@ class ParallelStats:
         self.busy_s = 0.0          # workers' seconds in the map function (as they report)
         self.occupancy_sum = 0     # datapoints buffered (in workers or waiting), summed per batch
         self.occupancy_max = 0
+        self.skipped = 0           # datapoints dropped by on_error="skip"
+        self.replaced = 0          # datapoints replaced by on_error="replace"
         self.base = None
         self.since = time.perf_counter()
 
@@ -340,7 +342,8 @@ class ParallelStats:
             self.occupancy_max = occupancy
 
     def snapshot(self):
-        return (self.wait_s, self.batches, self.results, self.busy_s, self.occupancy_sum)
+        return (self.wait_s, self.batches, self.results, self.busy_s, self.occupancy_sum,
+                self.skipped, self.replaced)
 
     def reset(self):
         self.base = self.snapshot()

@@ -268,6 +268,53 @@ def test_replaced_errors_are_counted():
         assert D.stats(df)["parallel"]["errors_replaced"] == 1
 
 
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_worker_figures_of_a_new_pool_start_at_zero(kind):
+    # reset_stats (as TestDataSpeed does after its warm-up), then reset_state: the figures of
+    # the old pool's workers were subtracted from the new pool's (-5 busy fraction, -31 MB)
+    cls = D.MultiThreadMapData if kind == "thread" else D.MultiProcessMapData
+
+    def f(dp):
+        time.sleep(0.002)
+        return [dp[0], np.zeros(20000)]
+
+    with cls(numbers(200), 2, f, strict=True) as df:
+        df.reset_state()
+        assert len(list(df)) == 200
+        D.reset_stats(df)
+        df.reset_state()
+        it = iter(df)
+        assert len([next(it) for _ in range(20)]) == 20
+        p = D.stats(df)["parallel"]
+        it.close()
+    assert p["worker_busy_s"] > 0
+    for w in p["worker_stats"]:
+        assert w["busy_s"] >= 0 and 0 <= w["busy_fraction"] <= 1, w
+        assert w.get("shm_bytes", 0) >= 0, w
+    assert (p.get("shm_bytes") or 0) >= 0
+
+
+@pytest.mark.usefixtures("no_leaks")
+def test_error_counts_start_at_reset_stats_and_add_up_across_passes():
+    def f(dp):
+        if dp[0] % 10 == 0:
+            raise ValueError("bad")
+        return dp
+
+    with D.MultiThreadMapData(numbers(100), 2, f, strict=True, on_error="skip") as df:
+        df.reset_state()
+        assert len(list(df)) == 90
+        D.reset_stats(df)
+        assert D.stats(df)["parallel"]["errors_skipped"] == 0
+        assert len(list(df)) == 90
+        df.reset_state()
+        assert len(list(df)) == 90
+        st = D.stats(df)
+    assert st["produced"] == 180 and st["parallel"]["results"] == 200
+    assert st["parallel"]["errors_skipped"] == 20
+
+
 # ------------------------------------------------------------------------------ bottleneck
 def test_bottleneck_is_the_deliberately_slow_stage():
     df = D.MapData(D.MapData(D.MapData(numbers(150), lambda dp: dp),

@@ -182,6 +182,7 @@ class ParallelMapData(ProxyDataFlow):
         self._reset_source()
         self._state = _Pass()
         self.num_skipped = self.num_replaced = 0
+        self._worker_base = {}          # the figures of a new pool start at zero
         if self._tuner is not None:
             self.num_workers = self._tuner.restart()
         self._exec = self._make_executor()
@@ -695,9 +696,11 @@ class _ErrorPolicy:
         self.last_error = err
         if owner.on_error == "skip":
             owner.num_skipped += 1
+            owner._pstats.skipped += 1
             logger.warning("skipped %s after %s: %s", err.where, type(err.exc).__name__, err.exc)
             return
         owner.num_replaced += 1
+        owner._pstats.replaced += 1
         logger.warning("replaced %s after %s: %s", err.where, type(err.exc).__name__, err.exc)
         if self.last_good is None:
             self.pending += 1
@@ -723,11 +726,10 @@ def _parallel_figures(m, wall):
            "buffer_size": m.buffer_size,
            "strict": m.strict, "ordered": m.ordered}
     if ps is not None:
-        wait_s, batches, results, busy_s, occ = ps.snapshot()
+        now = ps.snapshot()
         if ps.base is not None:
-            b = ps.base
-            wait_s, batches, results, busy_s, occ = (wait_s - b[0], batches - b[1],
-                                                     results - b[2], busy_s - b[3], occ - b[4])
+            now = tuple(x - b for x, b in zip(now, ps.base))
+        wait_s, batches, results, busy_s, occ, skipped, replaced = now
         out.update({
             "results": results,
             "batches": batches,
@@ -736,6 +738,8 @@ def _parallel_figures(m, wall):
             "buffer_occupancy": round(occ / batches / m.buffer_size, 4) if batches else None,
             "buffer_max": ps.occupancy_max,
             "worker_busy_s": round(busy_s, 6),
+            "errors_skipped": skipped,
+            "errors_replaced": replaced,
         })
     workers = []
     figures = getattr(ex, "worker_stats", None)
@@ -748,7 +752,7 @@ def _parallel_figures(m, wall):
             span = max(1e-9, (w["ended"] or now) - start)
             busy = w["busy_s"] - b_busy
             workers.append({"id": w["id"], "busy_s": round(busy, 6),
-                            "busy_fraction": round(min(1.0, busy / span), 4),
+                            "busy_fraction": round(min(1.0, max(0.0, busy / span)), 4),
                             "state": w["state"]})
             if "shm_bytes" in w:
                 workers[-1]["shm_bytes"] = w["shm_bytes"] - base.get(("shm", w["key"]), 0)
@@ -758,8 +762,6 @@ def _parallel_figures(m, wall):
     live = [w for w in workers if w["state"] == "running"]
     out["busy_fraction"] = (round(sum(w["busy_fraction"] for w in live) / len(live), 4)
                             if live else None)
-    out["errors_skipped"] = m.num_skipped
-    out["errors_replaced"] = m.num_replaced
     out["restarts"] = getattr(ex, "restarts", 0)
     if any("shm_bytes" in w for w in workers) or getattr(ex, "shm_bytes", None) is not None:
         total = getattr(ex, "shm_bytes", None)
