@@ -17,7 +17,8 @@ import numpy as np
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
-from ._helpers import add_note, dataflow_length, empty_pass_error, func_name, repeat_forever
+from ._helpers import (add_note, dataflow_length, empty_pass_error, func_name, is_int,
+                       repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -129,6 +130,15 @@ class TestDataSpeed(ProxyDataFlow):
         return self.start()
 
 
+def _check_workers(who, n):
+    """``n`` if it is a valid ``num_parallel_workers`` (None, ``"auto"`` or an int >= 0), else
+    ``ValueError``."""
+    if n is None or (n == "auto" if isinstance(n, str) else is_int(n) and n >= 0):
+        return n
+    raise ValueError(f'{who}: num_parallel_workers must be None, "auto" or an int >= 0, '
+                     f"got {n!r}")
+
+
 class BatchData(ProxyDataFlow):
     """Stack ``batch_size`` consecutive datapoints into one.
 
@@ -171,6 +181,7 @@ class BatchData(ProxyDataFlow):
         self.remainder = remainder
         self.use_list = use_list
         self._mapped = None
+        _check_workers("BatchData", num_parallel_workers)
         if per_batch_map is not None:
             self._mapped = MapData(_Batches(self), per_batch_map,
                                    num_parallel_workers=num_parallel_workers,
@@ -508,7 +519,7 @@ class MapData(ProxyDataFlow):
         self._random_stage = random_stage(ds)       # see rng.map_key
         ops = list(func) if isinstance(func, (list, tuple)) else [func]
         # "auto" (autotuned workers) is placed like any parallel map
-        placed = 1 if isinstance(num_parallel_workers, str) and num_parallel_workers == "auto" \
+        placed = 1 if _check_workers("MapData", num_parallel_workers) == "auto" \
             else num_parallel_workers
         self.executor = choose_executor(ops, placed, python_multiprocessing)
         logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))

@@ -42,9 +42,11 @@ import itertools
 import json
 import logging
 import math
+import numbers
 import os
 import random
 import sys
+import threading
 import time
 import types
 import weakref
@@ -82,7 +84,7 @@ class StageStats:
     """The raw figures of one dataflow (``df._dfstats``); read them through :func:`stats`."""
 
     __slots__ = ("produced", "passes", "time_s", "first", "last", "live", "base",
-                 "report_every", "report_at", "__weakref__")
+                 "__weakref__")
 
     def __init__(self):
         self.produced = 0          # datapoints yielded by finished iterations
@@ -92,8 +94,6 @@ class StageStats:
         self.last = None           # perf_counter() of the last timed datapoint
         self.live = {}             # id -> [count, selector] of each iteration in progress
         self.base = None           # (produced, passes, time_s, t) subtracted since reset_stats
-        self.report_every = None   # log_stats(): (seconds, level, weakref to the dataflow)
-        self.report_at = None
 
     # A dataflow sent to a worker process starts its own, empty figures there.
     def __reduce__(self):
@@ -221,8 +221,6 @@ def _segments(it, st, state, pc=time.perf_counter, islice=itertools.islice,
             st.time_s += dt * (block + 1)
             state[0] += 1
             st.last = t1
-            if st.report_at is not None and t1 >= st.report_at:
-                _report_due(st, t1)
             yield (dp,)
             dp = None                              # hold no datapoint while the block runs
             if block:
@@ -465,6 +463,15 @@ def _walk(node):
         yield from _walk(c)
 
 
+def _check_dataflow(df, who):
+    """``TypeError`` unless ``df`` is a dataflow (an instance with ``__iter__`` and
+    ``reset_state``)."""
+    if isinstance(df, type) or not (callable(getattr(type(df), "__iter__", None))
+                                    and callable(getattr(type(df), "reset_state", None))):
+        raise TypeError(f"dataflow.{who}: expected a DataFlow, got {df!r:.80} "
+                        f"({type(df).__name__})")
+
+
 def stats(df, wall=None):
     """The statistics of the pipeline that ends in ``df``, as a tree of plain dicts.
 
@@ -486,6 +493,7 @@ def stats(df, wall=None):
     Figures cover what happened since the dataflow was created or :func:`reset_stats`; the
     worker figures of a parallel stage, since its workers started (``reset_state``).
     """
+    _check_dataflow(df, "stats")
     now = time.perf_counter()
     if wall is None:
         _, _, _, first, last, _ = _figures(df, now)
@@ -508,6 +516,7 @@ def stats(df, wall=None):
 def reset_stats(df):
     """Start the figures of ``df`` and of every dataflow it reads from again from zero (an
     iteration in progress goes on counting from there)."""
+    _check_dataflow(df, "reset_stats")
     now = time.perf_counter()
     seen = set()
     stack = [df]
@@ -583,6 +592,8 @@ def _parallel_line(p):
 def format_stats(df_or_stats, wall=None):
     """The table that :func:`print_stats` prints, as a string. Accepts a dataflow or the dict
     that :func:`stats` returned."""
+    if not isinstance(df_or_stats, dict):
+        _check_dataflow(df_or_stats, "format_stats")
     root = df_or_stats if isinstance(df_or_stats, dict) else stats(df_or_stats, wall=wall)
     rows = []
     for n in _walk(root):
@@ -624,32 +635,84 @@ def format_stats(df_or_stats, wall=None):
 def print_stats(df, file=None, wall=None):
     """Print the statistics of the pipeline that ends in ``df`` as a table, one row per stage
     (indented under the stage that reads it), then the consumer's time and the bottleneck."""
+    if not isinstance(df, dict):
+        _check_dataflow(df, "print_stats")
     print(format_stats(df, wall=wall), file=file if file is not None else sys.stdout, flush=True)
 
 
 # ------------------------------------------------------------------------------- reporting
 def log_stats(df, report_interval=30.0, level=logging.INFO):
     """Log the table of :func:`print_stats` for ``df`` through ``logging.getLogger("dataflow")``
-    every ``report_interval`` seconds while ``df`` is being iterated (checked as datapoints are
-    produced; ``None`` or 0 stops it). The JSON of :func:`stats` is logged at DEBUG level."""
-    st = _stage_stats(df)
-    if st is None:
-        raise TypeError(f"{type(df).__name__} cannot record statistics")
-    if not report_interval:
-        st.report_every = st.report_at = None
-        return
-    if report_interval < 0:
-        raise ValueError(f"report_interval must be positive, got {report_interval!r}")
-    st.report_every = (float(report_interval), level, weakref.ref(df))
-    st.report_at = time.perf_counter() + float(report_interval)
+    every ``report_interval`` seconds while ``df`` is being iterated (``None`` or 0 stops it).
+    The JSON of :func:`stats` is logged at DEBUG level. The reports come from one daemon thread
+    (``dataflow-stats-reporter``, running while some dataflow has reports on), so they keep time
+    however slowly the pipeline is consumed."""
+    _check_dataflow(df, "log_stats")
+    if report_interval is not None and (
+            not isinstance(report_interval, numbers.Real) or isinstance(report_interval, bool)
+            or not 0 <= report_interval < math.inf):
+        raise ValueError(f"log_stats: report_interval must be a number of seconds > 0 (None or "
+                         f"0 stops the reports), got {report_interval!r}")
+    if isinstance(level, str) and isinstance(logging.getLevelName(level), int):
+        level = logging.getLevelName(level)             # "INFO", as Logger.setLevel takes it
+    if not isinstance(level, int) or isinstance(level, bool):
+        raise ValueError(f"log_stats: level must be a logging level (logging.INFO or 'INFO'), "
+                         f"got {level!r}")
+    global _reporter
+    with _reports_changed:
+        _reports.pop(id(df), None)
+        if report_interval:
+            every = float(report_interval)
+            _reports[id(df)] = [weakref.ref(df), every, level, time.monotonic() + every]
+            if _reporter is None:
+                _reporter = threading.Thread(target=_report, name="dataflow-stats-reporter",
+                                             daemon=True)
+                _reporter.start()
+        _reports_changed.notify()
 
 
-def _report_due(st, now):
-    every, level, ref = st.report_every
-    st.report_at = now + every
-    df = ref()
-    if df is None:
-        return
+# id(df) -> [weakref to df, seconds, level, when the next report is due] for each dataflow that
+# log_stats() reports on; the reporter thread runs while there is one.
+_reports = {}
+_reports_changed = threading.Condition()
+_reporter = None
+
+
+def _report():
+    """The reporter thread: log each dataflow's statistics when its report is due and it is
+    being iterated; end when no dataflow has reports on (stopped, or garbage-collected)."""
+    global _reporter
+    with _reports_changed:
+        while True:
+            now = time.monotonic()
+            due = []
+            for key, entry in list(_reports.items()):
+                ref, every, level, at = entry
+                df = ref()
+                if df is None:
+                    del _reports[key]
+                elif now >= at:
+                    entry[3] = now + every
+                    st = _stage_stats(df, create=False)
+                    if st is not None and st.live:
+                        due.append((df, level))
+                del df
+            if not _reports:
+                _reporter = None
+                return
+            if due:
+                _reports_changed.release()      # stats() walks the pipeline: not under the lock
+                try:
+                    for df, level in due:
+                        _log(df, level)
+                finally:
+                    due = df = None
+                    _reports_changed.acquire()
+                continue
+            _reports_changed.wait(min(e[3] for e in _reports.values()) - now)
+
+
+def _log(df, level):
     try:
         data = stats(df)
         logger.log(level, "dataflow statistics:\n%s", format_stats(data))
@@ -657,3 +720,15 @@ def _report_due(st, now):
             logger.debug("dataflow statistics (JSON): %s", json.dumps(data))
     except Exception:   # pragma: no cover - a report must never break the pipeline
         logger.exception("could not report dataflow statistics")
+
+
+def _forget_reports_in_child():
+    """A forked child has no reporter thread (and reports nothing it inherited)."""
+    global _reporter, _reports_changed
+    _reports.clear()
+    _reports_changed = threading.Condition()
+    _reporter = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_reports_in_child)

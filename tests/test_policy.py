@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dataflow
-from dataflow import config
+from dataflow import BatchData, DataFromList, MapData, config
 from dataflow.ops import Compose, HWC2CHW, Lambda, Normalize, OneHot, Resize, is_native, native
 from dataflow.parallel import policy
 from dataflow.parallel.policy import choose_executor, describe_choice
@@ -129,6 +129,18 @@ def test_bad_arguments():
     for bad in (-1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="num_parallel_workers"):
             choose_executor(NATIVE, bad, False)
+
+
+@pytest.mark.parametrize("bad", ["Auto", -3, 2.5, True])
+def test_mapdata_and_batchdata_refuse_a_bad_worker_count(bad):
+    # BatchData without per_batch_map ignored any value; MapData's message left out "auto"
+    src = DataFromList([[1]])
+    with pytest.raises(ValueError, match='MapData: num_parallel_workers must be None, "auto" '
+                                         'or an int >= 0'):
+        MapData(src, py_fn, num_parallel_workers=bad)
+    with pytest.raises(ValueError, match='BatchData: num_parallel_workers must be None, "auto" '
+                                         'or an int >= 0'):
+        BatchData(src, 1, num_parallel_workers=bad)
 
 
 # -- the native marker ----------------------------------------------------------------------------

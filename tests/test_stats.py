@@ -5,6 +5,7 @@ import json
 import logging
 import pickle
 import sys
+import threading
 import time
 
 import numpy as np
@@ -412,6 +413,51 @@ def test_log_stats_reports_periodically(caplog):
     with caplog.at_level(logging.INFO, logger="dataflow"):
         list(df)
     assert not [r for r in caplog.records if "dataflow statistics" in r.getMessage()]
+
+
+def _reporter_threads():
+    return [t for t in threading.enumerate() if t.name == "dataflow-stats-reporter"]
+
+
+@pytest.mark.parametrize("root", ["list", "map"])
+def test_log_stats_keeps_time_with_a_slow_consumer_and_stops(caplog, root):
+    # the reports used to be due only at a stage's timed samples: never for a list source,
+    # and at 2-4.5 times the interval when the consumer was the slow part
+    df = numbers(40) if root == "list" else D.MapData(numbers(40), lambda dp: dp)
+    D.log_stats(df, report_interval=0.05)
+    df.reset_state()
+    with caplog.at_level(logging.INFO, logger="dataflow"):
+        for _ in df:
+            time.sleep(0.01)                # the training step
+    reports = [r for r in caplog.records if "dataflow statistics" in r.getMessage()]
+    assert 4 <= len(reports) <= 9, len(reports)
+    assert all(r.threadName == "dataflow-stats-reporter" for r in reports)
+    D.log_stats(df, None)
+    for t in _reporter_threads():
+        t.join(5)
+    assert not _reporter_threads()
+
+
+def test_log_stats_validates_its_arguments():
+    df = numbers(3)
+    for bad in (float("nan"), float("inf"), -1, "x", True):
+        with pytest.raises(ValueError, match="report_interval must be a number of seconds"):
+            D.log_stats(df, bad)
+    with pytest.raises(ValueError, match="level must be a logging level"):
+        D.log_stats(df, 1, level="LOUD")
+    D.log_stats(df, 1, level="INFO")
+    D.log_stats(df, None)
+    for t in _reporter_threads():
+        t.join(5)
+    assert not _reporter_threads()
+
+
+@pytest.mark.parametrize("func", ["stats", "print_stats", "reset_stats", "log_stats"])
+@pytest.mark.parametrize("bad", [[1, 2], "abc", D.DataFromList, (x for x in [])],
+                         ids=["list", "str", "class", "generator"])
+def test_statistics_of_what_is_not_a_dataflow_is_a_type_error(func, bad):
+    with pytest.raises(TypeError, match=f"dataflow.{func}: expected a DataFlow"):
+        getattr(D, func)(bad)
 
 
 def test_recording_runs_no_python_code_per_datapoint():
