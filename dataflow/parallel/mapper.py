@@ -376,6 +376,8 @@ class ParallelMapData(ProxyDataFlow):
         while True:
             self._check_current(st)
             while st.ready:
+                if self._state is not st:       # closed or reset while this pass was out
+                    self._check_current(st)
                 seq, kind, value = st.ready.popleft()     # handed over (see _watermark)
                 if kind == OK and policy.simple:
                     yield value
@@ -444,6 +446,8 @@ class ParallelMapData(ProxyDataFlow):
             if not st.ready:
                 self._receive(st.floor)
             while st.ready and (target is None or handled < target):
+                if self._state is not st:       # closed or reset while this pass was out
+                    self._check_current(st)
                 seq, kind, value = st.ready.popleft()     # handed over (see _watermark)
                 handled += 1
                 st.handled = handled
