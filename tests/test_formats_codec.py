@@ -65,6 +65,36 @@ def test_both_decoders_give_the_same_values():
         assert same(walked, small)
 
 
+@pytest.mark.parametrize("v", [
+    {"nd": 3, "x": 1}, {"nd": True}, {"complex": True, "data": "1+2j"}, {b"nd": 1},
+    {b"nd": True, b"data": b"xx"}, {"nd": False, "type": "<f4"},
+])
+def test_user_maps_with_record_keys_stay_maps_as_msgpack_numpy_reads_them(v):
+    # "nd" and "complex" keys made the map an array (KeyError) or a complex number
+    b = codec.dumps(v)
+    assert msgpack_numpy.unpackb(b, raw=False, strict_map_key=False) == v
+    assert codec.loads(b) == v
+    assert codec._Walker(b, True, None).value() == v
+    assert codec.loads(codec.dumps([v, np.zeros(20_000, "u1")]))[0] == v
+
+
+def test_records_with_str_keys_of_older_writers_are_arrays():
+    rec = {"nd": True, "type": "<i2", "kind": "", "shape": [2], "data": b"\x01\x00\x02\x00"}
+    assert codec.loads(msgpack.packb(rec, use_bin_type=True)).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("wrap", [lambda a: [a], lambda a: {"a": [a]}])
+def test_a_shape_header_of_the_wrong_length_is_an_error(wrap):
+    # a 2-dimension shape holding one 2-byte uint (cc 80) was read as the shape (204, 128)
+    good = codec.dumps(wrap(np.zeros((204, 128), np.uint8)))
+    assert b"\x92\xcc\xcc\xcc\x80" in good
+    bad = good.replace(b"\x92\xcc\xcc\xcc\x80", b"\x92\xcc\x80")
+    with pytest.raises(ValueError):                 # msgpack's own reader: "incomplete input"
+        msgpack.unpackb(bad)
+    with pytest.raises(codec.DecodeError):
+        codec.loads(bad)
+
+
 FLAT = [
     [RNG.randint(0, 256, 150_000).astype("uint8"), 7],
     [np.zeros((3, 200, 40), "<f4"), 0, 127, 128, 255, 256, 2**16, 2**32, -1, -32, -33, -200,

@@ -257,7 +257,32 @@ def _get(d, key):
     return d[key] if v is _MISSING else v
 
 
+# The key sets of msgpack-numpy's records, by the value of "nd": an array (with "kind" since
+# msgpack-numpy 0.4), a numpy scalar.
+_ND_KEYS = {True: ({"nd", "type", "kind", "shape", "data"}, {"nd", "type", "shape", "data"}),
+            False: ({"nd", "type", "data"},)}
+
+
+def _is_array_record(d):
+    """Whether map ``d`` is msgpack-numpy's record of an array or a numpy scalar: ``nd`` True or
+    False and exactly its record's keys, as bytes (how msgpack-numpy writes them) or as str
+    (older writers). Any other map with an ``nd`` key is a user's map, as msgpack-numpy reads
+    it (``{"nd": 3}`` stays a dict)."""
+    nd = d[b"nd"] if b"nd" in d else d.get("nd")
+    keys = {k.decode() if isinstance(k, bytes) else k for k in d}
+    return type(nd) is bool and keys in _ND_KEYS[nd]
+
+
+def _is_complex_record(d):
+    """Whether map ``d`` is msgpack-numpy's record of a Python complex (bytes keys)."""
+    return len(d) == 2 and d.get(b"complex") is True and isinstance(d.get(b"data"), (str, bytes))
+
+
 _MISSING = object()
+
+
+def _str_of(data):
+    return data.decode() if isinstance(data, bytes) else data
 
 
 class _DtypeCache(dict):
@@ -351,10 +376,10 @@ def _Hook(allow_pickle, where):
                 if len(shape) == 1 and len(arr) == shape[0]:
                     return arr
                 return arr.reshape(shape)
-        if b"nd" in d or "nd" in d:
+        if (b"nd" in d or "nd" in d) and _is_array_record(d):
             return _array(d, _get(d, "data"), allow_pickle, where, False)
-        if b"complex" in d or "complex" in d:
-            return complex(_get(d, "data"))
+        if b"complex" in d and _is_complex_record(d):
+            return complex(_str_of(d[b"data"]))
         return d
     return hook
 
@@ -588,7 +613,7 @@ def _flat_list(mv):
             dtype = dtypes[tstr]
             if dtype is None or tlen[0] - 0xa0 != len(tstr):
                 return None
-            if len(dims) == ndim:                   # every dimension < 128: one byte each
+            if len(dims) == ndim and dims.isascii():    # every dimension < 128: one byte each
                 shape = tuple(dims)
             elif ndim == 1:                         # one dimension, a uint of 1 to 8 bytes
                 shape = (int.from_bytes(dims[1:], "big"),)
@@ -764,7 +789,7 @@ class _Walker:
         dtype = _DTYPES_B[tstr]
         if dtype is None:
             return None
-        if len(dims) == ndim:                        # every dimension < 128: one byte each
+        if len(dims) == ndim and dims.isascii():     # every dimension < 128: one byte each
             shape = list(dims)
         elif ndim == 1:                              # one dimension, a uint of 1 to 8 bytes
             shape = [int.from_bytes(dims[1:], "big")]
@@ -832,14 +857,14 @@ class _Walker:
                     if k == b"data" or k == "data":
                         data = v.view
                     d[k] = bytes(v.view) if len(v.view) < ZERO_COPY_MIN else v.view
-        if b"nd" in d or "nd" in d:
+        if (b"nd" in d or "nd" in d) and _is_array_record(d):
             return _array(d, data if data is not None else _get(d, "data"), self.allow_pickle,
                           self.where, True)
         for k, v in d.items():                  # a map that is not an array: bytes, not views
             if type(v) is memoryview:
                 d[k] = bytes(v)
-        if b"complex" in d or "complex" in d:
-            return complex(_get(d, "data"))
+        if b"complex" in d and _is_complex_record(d):
+            return complex(_str_of(d[b"data"]))
         return d
 
 
