@@ -28,13 +28,17 @@ sending). Both ends therefore set glibc's malloc to keep freed memory in the pro
 (:func:`dataflow._malloc.keep_freed_memory`: blocks up to 32 MiB from the heap, up to 128 MiB of
 freed heap kept); ``tune_malloc=False`` leaves the process's malloc as it is.
 """
+import errno
+import os
+import socket
 import sys
 import threading
 import weakref
 
 import zmq
+from zmq.utils import z85
 
-from ._helpers import endless
+from ._helpers import endless, repeat_forever
 from ._malloc import keep_freed_memory
 from .base import DataFlow, DataFlowReentrantGuard
 from .formats import codec
@@ -52,9 +56,47 @@ def curve_keypair():
     return zmq.curve_keypair()
 
 
-def _key(key):
-    """A Z85 CURVE key as bytes (str accepted)."""
-    return key.encode("ascii") if isinstance(key, str) else key
+def _key(key, name, who):
+    """CURVE key ``key`` (argument ``name`` of ``who``) as 40 Z85 bytes: given as Z85 (bytes or
+    str, as :func:`curve_keypair` makes them) or as the 32 raw bytes; ``ValueError`` otherwise."""
+    if key is None:
+        return None
+    raw = key.encode("ascii", "replace") if isinstance(key, str) else key
+    if isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw)
+        if len(raw) == 32:
+            return z85.encode(raw)
+        if len(raw) == 40:
+            try:
+                z85.decode(raw)
+                return raw
+            except (KeyError, ValueError):
+                pass
+    size = f"{len(key)} characters" if hasattr(key, "__len__") else "no length"
+    raise ValueError(f"{who}: {name} must be a CURVE key, 40 Z85 characters as curve_keypair() "
+                     f"makes them (or its 32 raw bytes), got a {type(key).__name__} of {size}"
+                     + (" that are not all Z85" if size == "40 characters" else ""))
+
+
+def _check_ipc_free(addr, who):
+    """Before binding ``ipc://path``: ZeroMQ removes an existing socket file and binds anew,
+    which would silently take the endpoint from a receiver still bound to it (its senders' new
+    connections then reach this one). A file nobody listens on (left by a killed process) is
+    fine; a live one raises ``zmq.ZMQError(EADDRINUSE)``, as a ``tcp://`` address in use does."""
+    if not addr.startswith("ipc://") or addr.startswith("ipc://@"):
+        return
+    path = addr[len("ipc://"):]
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        return                          # refused (stale), or not a socket: ZeroMQ decides
+    finally:
+        probe.close()
+    raise zmq.ZMQError(errno.EADDRINUSE, f"{who}: {addr} is in use: another socket is bound "
+                                         "to it and accepting connections")
 
 
 def _is_tcp(addr):
@@ -107,10 +149,12 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
         if curve_server_key is not None:
             public, secret = (curve_client_keypair if curve_client_keypair is not None
                               else zmq.curve_keypair())
-            sock.curve_serverkey = _key(curve_server_key)
-            sock.curve_publickey = _key(public)
-            sock.curve_secretkey = _key(secret)
+            who = "send_dataflow_zmq"
+            sock.curve_serverkey = _key(curve_server_key, "curve_server_key", who)
+            sock.curve_publickey = _key(public, "curve_client_keypair[0]", who)
+            sock.curve_secretkey = _key(secret, "curve_client_keypair[1]", who)
         if bind:
+            _check_ipc_free(addr, "send_dataflow_zmq")
             sock.bind(addr)
         else:
             sock.connect(addr)
@@ -121,15 +165,14 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
         encode = codec.Encoder(encoding)
         send = sock.send
         index = 0
-        while True:
-            for dp in df:
-                try:
-                    frame = encode(dp)
-                except TypeError as e:
-                    raise TypeError(f"send_dataflow_zmq: datapoint {index} cannot be encoded "
-                                    f"as {encoding}: {e}") from e
-                send(frame, copy=True)      # ZeroMQ copies the frame: the buffer is reusable
-                index += 1
+        for dp in repeat_forever(df, "send_dataflow_zmq"):
+            try:
+                frame = encode(dp)
+            except TypeError as e:
+                raise TypeError(f"send_dataflow_zmq: datapoint {index} cannot be encoded "
+                                f"as {encoding}: {e}") from e
+            send(frame, copy=True)          # ZeroMQ copies the frame: the buffer is reusable
+            index += 1
     finally:
         sock.close(linger=0)
         ctx.destroy(linger=0)
@@ -168,9 +211,11 @@ class RemoteDataZMQ(DataFlow):
         self.bind = bind
         self.allow_pickle = bool(allow_pickle)
         self.tune_malloc = bool(tune_malloc)
-        self.curve_secret_key = _key(curve_secret_key)
+        who = "RemoteDataZMQ"
+        self.curve_secret_key = _key(curve_secret_key, "curve_secret_key", who)
         self.curve_client_keys = (None if curve_client_keys is None
-                                  else [_key(k) for k in curve_client_keys])
+                                  else [_key(k, "curve_client_keys[%d]" % i, who)
+                                        for i, k in enumerate(curve_client_keys)])
         addrs = [a for a in (addr1, addr2) if a]
         if self.curve_client_keys is not None and curve_secret_key is None:
             raise ValueError("RemoteDataZMQ: curve_client_keys needs curve_secret_key")
@@ -203,12 +248,13 @@ class RemoteDataZMQ(DataFlow):
         another thread is running ends there: at once if it is waiting for a datapoint (within
         ``_POLL_MS``), else before its next one."""
         active, self._active = list(self._active.items()), weakref.WeakKeyDictionary()
-        here = threading.get_ident()
+        here = threading.current_thread()
         for gen, (stop, owner) in active:
             stop.set()
             # another thread's iteration ends in that thread, which owns its sockets: at its
-            # next step, or within _POLL_MS if it is waiting for a frame
-            if owner[0] in (None, here):
+            # next step, or within _POLL_MS if it is waiting for a frame; one whose thread has
+            # ended (leaving it suspended) is closed here
+            if owner[0] is None or owner[0] is here or not owner[0].is_alive():
                 try:
                     gen.close()
                 except ValueError:      # (running: it sees ``stop``)
@@ -230,13 +276,14 @@ class RemoteDataZMQ(DataFlow):
             if self.curve_client_keys is not None:
                 sock.zap_domain = _ZAP_DOMAIN.encode()
         if self.bind:
+            _check_ipc_free(addr, "RemoteDataZMQ")
             sock.bind(addr)
         else:
             sock.connect(addr)
         return sock
 
     def _receive(self, stop, owner):
-        owner[0] = threading.get_ident()
+        owner[0] = threading.current_thread()
         with self._guard:
             if self.tune_malloc:
                 keep_freed_memory()
@@ -284,7 +331,10 @@ class RemoteDataZMQ(DataFlow):
     def _decode(self, frame, addr, n):
         try:
             return codec.loads(frame.buffer, allow_pickle=self.allow_pickle)
-        except codec.PickleRefusedError:
+        except codec.PickleRefusedError as e:
+            if codec.sniff(frame.buffer) != "pickle":   # an object array inside msgpack
+                raise codec.PickleRefusedError(f"RemoteDataZMQ: datapoint {n} from {addr}: "
+                                               f"{e}") from None
             raise codec.PickleRefusedError(
                 f"RemoteDataZMQ: datapoint {n} from {addr} is a pickle frame, and unpickling "
                 "runs whatever code the frame names: anyone who can connect to this endpoint "

@@ -2,6 +2,7 @@
 tensorpack 0.11's pair on either side. Endpoints: ipc:// in a private temporary directory, or
 tcp://127.0.0.1."""
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import time
 import numpy as np
 import pytest
 import zmq
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 import dataflow as D
@@ -241,6 +243,68 @@ def test_unencodable_datapoint_is_named(ipc_addr):
         send_dataflow_zmq(df, ipc_addr, hwm=10)
 
 
+def test_a_second_receiver_on_a_live_ipc_address_is_refused(no_leaks, ipc_addr):
+    # ZeroMQ removes the socket file and binds anew: the second receiver silently took the
+    # address, and the first, still running, never received again
+    first = RemoteDataZMQ(ipc_addr)
+    with sender(ipc_addr):
+        first.reset_state()
+        it = iter(first)
+        assert_dp(next(it), 0)
+        for second in (RemoteDataZMQ(ipc_addr), RemoteDataZMQ(ipc_addr, ipc_addr)):
+            with pytest.raises(zmq.ZMQError, match="is in use") as info:
+                take(second, 1)
+            assert info.value.errno == errno.EADDRINUSE
+        dp = next(it)
+        assert_dp(dp, dp[0])
+        it.close()
+    # once closed, the file nobody listens on is free to bind again
+    assert os.path.exists(ipc_addr[len("ipc://"):])
+    with sender(ipc_addr):
+        dp = take(RemoteDataZMQ(ipc_addr), 1)[0]
+        assert_dp(dp, dp[0])
+
+
+def test_close_ends_an_iteration_whose_thread_has_ended(no_leaks, ipc_addr):
+    df = RemoteDataZMQ(ipc_addr)
+    df.reset_state()
+    got = []
+    with sender(ipc_addr):
+        def first():
+            it = iter(df)
+            got.append(next(it))
+            got.append(it)             # kept, suspended, by a thread that then ends
+        t = threading.Thread(target=first)
+        t.start()
+        t.join(30)
+        df.close()                     # closed nothing: the sockets and the guard stayed
+        dp = take(df, 1)[0]
+        assert_dp(dp, dp[0])
+
+
+def test_an_empty_dataflow_is_an_error_not_a_busy_loop(ipc_addr):
+    with pytest.raises(ValueError, match="send_dataflow_zmq: a pass of DataFromList produced no "
+                                         "datapoint"):
+        send_dataflow_zmq(D.DataFromList([]), ipc_addr)
+
+
+def test_an_object_array_in_a_msgpack_frame_is_named_as_such(no_leaks, ipc_addr):
+    df = RemoteDataZMQ(ipc_addr)
+    df.reset_state()
+    it = iter(df)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(ipc_addr)
+    push.send(codec.dumps([np.array(["a", 1], dtype=object)]))
+    try:
+        with pytest.raises(codec.PickleRefusedError,
+                           match=r"datapoint 1 from ipc://.*: the value holds an object array"):
+            next(it)
+    finally:
+        push.close(0)
+        ctx.term()
+
+
 # ----------------------------------------------------------------------------------- CURVE
 
 def handshake_fails(addr, server_public, client_pair=None):
@@ -306,6 +370,15 @@ def test_curve_arguments_are_checked():
         RemoteDataZMQ("tcp://127.0.0.1:1", curve_client_keys=[b"x" * 40])
     with pytest.raises(ValueError, match="tcp://"):
         send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///tmp/x", curve_server_key=b"x" * 40)
+    # a malformed key is named at once, and not echoed (it may be a secret)
+    for bad in (b"short", "~" * 40, secret[:-1] + b"\x00", 7):
+        with pytest.raises(ValueError, match="curve_secret_key must be a CURVE key") as info:
+            RemoteDataZMQ("tcp://127.0.0.1:1", curve_secret_key=bad)
+        assert "~~~" not in str(info.value)
+        with pytest.raises(ValueError, match="curve_server_key must be a CURVE key"):
+            send_dataflow_zmq(D.DataFromList([[1]]), "tcp://127.0.0.1:1", curve_server_key=bad)
+    raw = RemoteDataZMQ("tcp://127.0.0.1:1", curve_secret_key=z85.decode(secret))
+    assert raw.curve_secret_key == secret           # the 32 raw bytes are taken as well
 
 
 # ---------------------------------------------------------------------- tensorpack, both ways
