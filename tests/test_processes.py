@@ -746,6 +746,34 @@ def test_workers_run_at_a_lower_priority_than_the_consumer(method):
         D.config.set_worker_nice(D.config.DEFAULT_WORKER_NICE)
 
 
+def test_spawns_of_other_threads_keep_their_main_module():
+    # our workers start without the main module; multiprocessing's function that leaves it out
+    # was swapped in for everyone meanwhile, and another thread's spawned process could not
+    # find the functions of its __main__ (3 of 33 failed in one run)
+    import multiprocessing.spawn as mp_spawn
+    from dataflow.parallel import start
+    main_keys = {"init_main_from_path", "init_main_from_name"}
+    assert main_keys & set(mp_spawn.get_preparation_data("t")), "no main module to compare"
+    inside, leave = threading.Event(), threading.Event()
+    seen = []
+
+    def starting_ours():
+        with start._without_main_module("spawn"):
+            seen.append(set(mp_spawn.get_preparation_data("t")))
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=starting_ours)
+    t.start()
+    try:
+        assert inside.wait(10)
+        assert main_keys & set(mp_spawn.get_preparation_data("t"))
+    finally:
+        leave.set()
+        t.join(10)
+    assert not main_keys & seen[0]
+
+
 @pytest.mark.parametrize("method", START_METHODS)
 def test_start_methods_ship_lambdas_and_closures(method):
     if method not in mp.get_all_start_methods():

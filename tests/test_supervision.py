@@ -775,7 +775,7 @@ elif mode == "sigkill":
 def test_nested_pipelines(script, mode):
     """A process map in each worker of a process runner, all with the default start method
     ("fork" here: the script runs no other thread). (This deadlocked while a forked worker
-    inherited processes._start_lock held.)"""
+    inherited a lock of start.py held.)"""
     s = script(f"nested-{mode}", NESTED, mode)
     copies, = s.expect("CHECKED", limit=20)
     pids = s.expect_pids("PIDS")

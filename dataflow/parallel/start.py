@@ -87,19 +87,29 @@ def _close_all():
 _preload_lock = threading.Lock()
 
 
-_start_lock = threading.Lock()
-
-
-def _fresh_locks_after_fork():
-    # A child forked while this process held one of these locks (starting workers of its own)
-    # would find it locked forever: a nested pipeline in a forked worker would hang.
-    global _preload_lock, _start_lock
+def _fresh_lock_after_fork():
+    # A child forked while this process held the lock (starting workers of its own) would find
+    # it locked forever: a nested pipeline in a forked worker would hang.
+    global _preload_lock
     _preload_lock = threading.Lock()
-    _start_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+    os.register_at_fork(after_in_child=_fresh_lock_after_fork)
+
+
+_starting = threading.local()     # .ours: this thread is starting our workers
+_original_preparation_data = mp_spawn.get_preparation_data
+
+
+def _preparation_data(name):
+    """multiprocessing's preparation data, without the main module while this thread starts
+    our workers (see :func:`_without_main_module`); as it was for every other start."""
+    data = _original_preparation_data(name)
+    if getattr(_starting, "ours", False):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
 
 
 @contextlib.contextmanager
@@ -109,26 +119,22 @@ def _without_main_module(method):
     multiprocessing normally imports ``__main__`` in each such child so that pickled references
     to its functions resolve; that is why scripts need ``if __name__ == "__main__":``. Our workers
     receive everything by value (cloudpickle), so they do not need it, and tensorpack scripts,
-    written for fork, have no such guard. While our workers start, the preparation data that
-    multiprocessing sends them leaves the main module out.
+    written for fork, have no such guard. While this thread starts our workers, the preparation
+    data that multiprocessing sends them leaves the main module out. multiprocessing's function
+    is replaced once, by one that changes nothing for the processes other threads start (they
+    may need their ``__main__``: the replacement used to be swapped in and out, and a spawn
+    started by another thread meanwhile lost it).
     """
     if method == "fork":               # a forked child gets no preparation data
         yield
         return
-    original = mp_spawn.get_preparation_data
-
-    def preparation_without_main(name):
-        data = original(name)
-        data.pop("init_main_from_path", None)
-        data.pop("init_main_from_name", None)
-        return data
-
-    with _start_lock:
-        mp_spawn.get_preparation_data = preparation_without_main
-        try:
-            yield
-        finally:
-            mp_spawn.get_preparation_data = original
+    if mp_spawn.get_preparation_data is _original_preparation_data:
+        mp_spawn.get_preparation_data = _preparation_data
+    _starting.ours = True
+    try:
+        yield
+    finally:
+        _starting.ours = False
 
 
 def _get_context(method):
