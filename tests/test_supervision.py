@@ -827,6 +827,50 @@ def hang_timeout_half_second():
         config.set_hang_timeout(old)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("deadline", ["hang", "timeout"])
+def test_deadlines_wait_for_spawned_workers_to_start(deadline):
+    # the clock started when datapoints were sent: a hang warning before a spawned worker's
+    # interpreter was up killed it with its SIGUSR1 (WorkerCrashedError), and timeout= counted
+    # its start-up (TimeoutError for datapoints that had not reached it)
+    old = config.hang_timeout()
+    if deadline == "hang":
+        config.set_hang_timeout(0.05)
+    try:
+        with D.MultiProcessMapData(D.DataFromList([[i] for i in range(40)], shuffle=False), 2,
+                                   lambda dp: dp, strict=True, start_method="spawn",
+                                   timeout=0.2 if deadline == "timeout" else None) as df:
+            df.reset_state()
+            assert sorted(dp[0] for dp in df) == list(range(40))
+    finally:
+        config.set_hang_timeout(old)
+
+
+def test_a_worker_that_never_starts_meets_its_deadlines_after_the_start_grace():
+    from dataflow.parallel.supervisor import START_GRACE, check_workers
+
+    class Worker:
+        next_warning = None
+        starting = True
+
+        def __init__(self, waited):
+            self.busy_since = time.monotonic() - waited
+
+        def describe(self):
+            return "datapoints #0 have waited for worker process 1"
+
+    assert 1 < check_workers([Worker(1.5)], 1.0, math.inf, None) <= START_GRACE
+    with pytest.raises(TimeoutError, match=r"waited for worker process 1 for \d+\.\d s"):
+        check_workers([Worker(START_GRACE + 1.5)], 1.0, math.inf, None)
+    hung = []
+    check_workers([Worker(START_GRACE + 1.5)], None, 1.0, lambda w, s: hung.append(s))
+    assert hung and hung[0] > START_GRACE
+    ready = Worker(1.5)
+    ready.starting = False
+    with pytest.raises(TimeoutError):
+        check_workers([ready], 1.0, math.inf, None)
+
+
 def blocker(kind, tmp_path):
     """(release, is_released): for a map function in a process (a file) or a thread (an Event)."""
     if kind == "thread":

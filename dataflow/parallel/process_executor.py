@@ -81,7 +81,15 @@ class _Worker:
     def held(self):
         return sorted(index for _, index, _ in self.outstanding.values())
 
+    @property
+    def starting(self):
+        """Its HELLO has not arrived: the work sent to it waits for its start-up to end."""
+        return not self.ready
+
     def describe(self):
+        if not self.ready:
+            return (f"datapoints {self.describe_held()} have waited for worker process "
+                    f"{self.process.pid}, which has not finished starting,")
         return f"datapoints {self.describe_held()} have been in worker process {self.process.pid}"
 
     def describe_held(self):
@@ -370,6 +378,8 @@ class ProcessExecutor(Executor):
         """Ask a worker for its stack (faulthandler on SIGUSR1) and read it, waiting 1 s at most."""
         if not hasattr(signal, "SIGUSR1"):
             return "(not available on this platform)"
+        if not w.ready:     # its handler is not installed yet: the signal would kill it
+            return "(it has not finished starting: no stack to show)"
         try:
             os.kill(w.process.pid, signal.SIGUSR1)
         except ProcessLookupError:

@@ -75,12 +75,19 @@ def describe_exit(exitcode):
     return f"exited with code {exitcode}"
 
 
+# Seconds that a worker still starting (a process before its first message: its interpreter
+# and imports, slow under spawn and on a loaded machine) has on top of each deadline, since the
+# datapoints sent to it have not reached it yet. Its deadlines restart when it is ready.
+START_GRACE = 60.0
+
+
 def check_workers(workers, timeout, hang_timeout, on_hung):
     """The deadlines of every executor, in one place.
 
     ``workers`` have ``busy_since`` (``time.monotonic()`` of the last progress on the work they
-    hold, ``None`` when idle), ``next_warning`` (managed here) and ``describe()`` (which
-    datapoints, which process or thread). Raises ``TimeoutError`` for work held ``timeout``
+    hold, ``None`` when idle), ``next_warning`` (managed here), ``describe()`` (which
+    datapoints, which process or thread) and may have ``starting`` (True: the deadlines come
+    :data:`START_GRACE` seconds later). Raises ``TimeoutError`` for work held ``timeout``
     seconds; calls ``on_hung(worker, seconds)`` once work is held ``hang_timeout`` seconds, and
     again every ``hang_timeout`` seconds. Returns the seconds until the next deadline, or
     ``None`` when there is none.
@@ -91,14 +98,15 @@ def check_workers(workers, timeout, hang_timeout, on_hung):
         if w is None or w.busy_since is None:
             continue
         waited = now - w.busy_since
+        since = w.busy_since + (START_GRACE if getattr(w, "starting", False) else 0.0)
         if timeout is not None:
-            if waited >= timeout:
+            if now >= since + timeout:
                 raise TimeoutError(f"{w.describe()} for {waited:.1f} s, more than "
                                    f"timeout={timeout} s")
-            wake = _earliest(wake, w.busy_since + timeout)
+            wake = _earliest(wake, since + timeout)
         if hang_timeout != math.inf:
             if w.next_warning is None:
-                w.next_warning = w.busy_since + hang_timeout
+                w.next_warning = since + hang_timeout
             if now >= w.next_warning:
                 on_hung(w, waited)
                 w.next_warning = now + hang_timeout
