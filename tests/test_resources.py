@@ -127,6 +127,34 @@ def test_shared_memory_for_a_segment_refused():
     del info
 
 
+def test_segments_without_memfd_or_fallocate_reserve_their_blocks(tmp_path, monkeypatch):
+    # macOS has neither: the file stayed sparse, and a full file system was a SIGBUS in the
+    # worker at its first write instead of this error
+    from dataflow.parallel import shm
+    monkeypatch.delattr(os, "memfd_create", raising=False)
+    monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    monkeypatch.setattr(shm.tempfile, "tempdir", str(tmp_path))
+    fd = shm._anonymous_file(1 << 20)
+    try:
+        st = os.fstat(fd)
+        assert st.st_size == 1 << 20 and st.st_blocks * 512 >= 1 << 20
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path) == []                  # unlinked at once
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(shm.os, "pwrite", full)
+    with pytest.raises(D.SharedMemoryError) as info:
+        shm._anonymous_file(1 << 20)
+    msg = str(info.value)
+    assert "could not reserve 1048576 bytes of shared memory" in msg, msg
+    assert f"temporary directory {tmp_path} (" in msg and "TMPDIR" in msg, msg
+    monkeypatch.setattr(shm.tempfile, "tempdir", str(tmp_path / "gone"))
+    with pytest.raises(D.SharedMemoryError, match="gone"):
+        shm._anonymous_file(1 << 20)
+
+
 def test_unwritable_temporary_directory_for_the_fork_server(tmp_path):
     script = tmp_path / "tmpdir.py"
     script.write_text(textwrap.dedent("""

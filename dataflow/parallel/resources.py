@@ -9,6 +9,7 @@ fix, and the executor that hit it has cleaned up everything it had started.
 """
 import errno
 import os
+import shutil
 import tempfile
 
 __all__ = ["ResourceLimitError", "FDS_PER_WORKER", "check_file_descriptors",
@@ -134,10 +135,18 @@ def check_temp_dir(method):
             f"directory (or tempfile.tempdir), or use start_method='spawn'") from None
 
 
-def segment_error(size, exc, where="reserve"):
-    """The message of a :class:`~.shm.SharedMemoryError` for ``size`` bytes refused with ``exc``."""
+def segment_error(size, exc, where="reserve", directory=None):
+    """The message of a :class:`~.shm.SharedMemoryError` for ``size`` bytes refused with ``exc``;
+    ``directory``: where the segment's file is (systems without ``memfd_create``)."""
     code = getattr(exc, "errno", None)
-    if code == errno.EFBIG:
+    if directory is not None and code != errno.EFBIG:
+        try:
+            free = f"{shutil.disk_usage(directory).free} bytes free"
+        except OSError:
+            free = "unknown space free"
+        limit = (f"its file is in the temporary directory {directory} ({free}): free space "
+                 f"there, point TMPDIR at a larger file system, or make results smaller")
+    elif code == errno.EFBIG:
         try:
             import resource
             soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -48,21 +48,35 @@ def aligned(n):
 
 
 def _anonymous_file(size):
-    """An open file descriptor of ``size`` bytes of memory that has no name anywhere."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("dataflow", os.MFD_CLOEXEC)
-    else:                                           # macOS and others: unlinked at once
-        f = tempfile.TemporaryFile()
-        fd = os.dup(f.fileno())
-        f.close()
+    """An open file descriptor of ``size`` bytes of memory that has no name anywhere, its
+    blocks reserved (a full file system raises here, not SIGBUS on first write)."""
+    directory = None
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("dataflow", os.MFD_CLOEXEC)
+        else:                                       # macOS and others: unlinked at once
+            directory = tempfile.gettempdir()
+            with tempfile.TemporaryFile() as f:
+                fd = os.dup(f.fileno())
+    except OSError as e:
+        raise SharedMemoryError(segment_error(size, e, directory=directory)) from None
     try:
         os.ftruncate(fd, size)
         if hasattr(os, "posix_fallocate"):
             os.posix_fallocate(fd, 0, size)
+        else:                                       # macOS: writing the blocks reserves them
+            _write_zeros(fd, size)
     except OSError as e:
         os.close(fd)
-        raise SharedMemoryError(segment_error(size, e)) from None
+        raise SharedMemoryError(segment_error(size, e, directory=directory)) from None
     return fd
+
+
+def _write_zeros(fd, size, chunk=1 << 20):
+    zeros = bytes(min(chunk, size))
+    offset = 0
+    while offset < size:
+        offset += os.pwrite(fd, zeros[:size - offset], offset)
 
 
 class _Segment:
