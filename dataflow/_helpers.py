@@ -53,15 +53,24 @@ def empty_pass_error(who, df):
                       "forever would hang")
 
 
+def pass_progress(df):
+    """A count that grows when the pipeline ending at ``df`` keeps datapoints for a later pass
+    (``BatchDataByShape``'s buffers, ``_pass_progress()``). A pass that yields nothing is an
+    error for whoever repeats it forever unless this grew during it: then the next pass may
+    yield (tensorpack's HED fills a batch of one shape over several passes)."""
+    count = getattr(df, "_pass_progress", None)
+    return count() if callable(count) else 0
+
+
 def repeat_forever(df, who):
-    """The datapoints of ``df``, pass after pass, for ``who``; an empty pass raises
-    :func:`empty_pass_error`."""
+    """The datapoints of ``df``, pass after pass, for ``who``; a pass that yields nothing and
+    makes no progress (:func:`pass_progress`) raises :func:`empty_pass_error`."""
     while True:
-        got = False
+        got, mark = False, pass_progress(df)
         for dp in df:
             got = True
             yield dp
-        if not got:
+        if not got and pass_progress(df) == mark:
             raise empty_pass_error(who, df)
 
 

@@ -46,6 +46,7 @@ import threading
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
+from ._helpers import pass_progress
 from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
@@ -290,6 +291,10 @@ class ProxyDataFlow(DataFlow):
 
     def _abandon(self):
         self.ds._abandon()
+
+    def _pass_progress(self):
+        """See :func:`dataflow._helpers.pass_progress`: a proxy makes the progress of its input."""
+        return pass_progress(self.ds)
 
 
 def _sources(df):

@@ -18,7 +18,7 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import rng as _rng
 from ._helpers import (add_note, dataflow_length, empty_pass_error, func_name, is_int,
-                       repeat_forever)
+                       pass_progress, repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -362,6 +362,10 @@ class BatchDataByShape(BatchData):
                     del keys[:]
                     yield batch
 
+    def _pass_progress(self):
+        # datapoints taken since reset_state: held for a later pass or batched
+        return self._step + pass_progress(self.ds)
+
     def _get_position(self):
         if self._resume is not None:
             return self._resume
@@ -427,12 +431,15 @@ class FixedSizeData(ProxyDataFlow):
             return next(self.itr)
         except StopIteration:
             pass
-        self.itr = iter(self.ds)
-        try:
-            return next(self.itr)
-        except StopIteration:
-            self.itr = None
-            raise empty_pass_error("FixedSizeData", self.ds) from None
+        while True:                     # new passes, while they make progress
+            mark = pass_progress(self.ds)
+            self.itr = iter(self.ds)
+            try:
+                return next(self.itr)
+            except StopIteration:
+                self.itr = None
+            if pass_progress(self.ds) == mark:
+                raise empty_pass_error("FixedSizeData", self.ds) from None
 
     _done = 0                  # datapoints returned in the current pass
     _resume = None
@@ -720,10 +727,11 @@ class RepeatedData(ProxyDataFlow):
         if self.num == -1:
             got = resumed         # a resumed pass of ds may have nothing left
             while True:
+                mark = pass_progress(self.ds)
                 for dp in self.ds:
                     got = True
                     yield dp
-                if not got:
+                if not got and pass_progress(self.ds) == mark:
                     raise empty_pass_error("RepeatedData(num=-1)", self.ds)
                 self._rep, got = self._rep + 1, False
         else:

@@ -331,6 +331,32 @@ def test_batchdatabyshape_groups_by_shape():
     assert [b[1].tolist() for b in out2][:2] == [[5, 0], [6, 1]]
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("wrap", [
+    lambda d: dataflow.RepeatedData(d, -1),
+    lambda d: FixedSizeData(d, 2),
+    lambda d: dataflow.MultiThreadMapData(d, 2, lambda dp: dp),         # non-strict: endless
+    lambda d: dataflow.MultiProcessRunnerZMQ(d, 1),
+    lambda d: dataflow.MapData(dataflow.RepeatedData(d, -1), lambda dp: dp),
+], ids=["RepeatedData", "FixedSizeData", "MultiThreadMapData", "MultiProcessRunnerZMQ",
+        "MapData-RepeatedData"])
+def test_batchdatabyshape_fills_batches_over_passes_when_repeated(wrap):
+    # as tensorpack's HED pipeline does: no pass yields a batch, yet the buffers fill up; a
+    # repeater took the empty passes for a dataflow that would never yield, and raised
+    df = wrap(BatchDataByShape(_shaped([1, 2, 3]), 3, idx=0))
+    df.reset_state()
+    try:
+        batch = next(iter(df))
+    finally:
+        df.close()
+    assert batch[0].shape == (3, 1) and batch[1].tolist() == [0, 0, 0]     # one per pass
+    nothing = dataflow.DataFromGenerator(lambda: iter(()))
+    empty = dataflow.RepeatedData(BatchDataByShape(nothing, 3, idx=0), -1)
+    empty.reset_state()
+    with pytest.raises(ValueError, match="produced no datapoint"):
+        next(iter(empty))
+
+
 def test_batchdatabyshape_not_reentrant():
     df = BatchDataByShape(_shaped([1] * 8), 2, idx=0)
     df.reset_state()

@@ -5,7 +5,7 @@ import itertools
 
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
-from .._helpers import dataflow_length, empty_pass_error, func_name
+from .._helpers import dataflow_length, empty_pass_error, func_name, pass_progress
 from ..stats import tell_label
 from .mapper import ParallelMapData
 
@@ -80,14 +80,17 @@ class OwnDataFlow:
         return [self.copy, n, mark, dp]     # a list: cheaper to send than a tuple
 
     def _next(self):
-        for _ in range(2):
+        fresh, mark = False, None
+        while True:
             if self._it is None:
+                fresh, mark = True, pass_progress(self.df)
                 self._it = iter(self.df)
             try:
                 return next(self._it)
             except StopIteration:
                 self._it = None
-        raise empty_pass_error("a worker's copy", self.df)
+            if fresh and pass_progress(self.df) == mark:   # a whole new pass, and no progress
+                raise empty_pass_error("a worker's copy", self.df)
 
     def _start_resumed(self):
         r, self._resume = self._resume, None

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import checkpoint as _ckpt
 from .._helpers import (check_int, check_positive_number, dataflow_length, empty_pass_error,
-                       is_int)
+                       is_int, pass_progress)
 from ..base import DataFlowReentrantGuard, ProxyDataFlow, random_stage
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
@@ -75,6 +75,7 @@ class _Pass:
                                    # that workers added later do not restart the warm-up)
         self.item_bytes = 0        # moving average of the bytes of arrays in a result
         self.run = -1              # number of the current run of the source (keys random ops)
+        self.run_progress = 0      # non-strict: pass_progress of the source when its run began
         # checkpoint bookkeeping (see ParallelMapData._get_position)
         self.lo = 0                # the first seq of the pass (results of lower seqs are not its)
         self.skip_send = set()     # after a resume: seqs not to send again (handed over before)
@@ -402,6 +403,7 @@ class ParallelMapData(ProxyDataFlow):
             if st.source is None:
                 st.source, st.index = iter(self.ds), 0
                 st.run += 1
+                st.run_progress = pass_progress(self.ds)
             before = st.index
             st.index, exhausted = self._send(st.source, st.index, room)
             if st.index == before and not exhausted:
@@ -409,7 +411,10 @@ class ParallelMapData(ProxyDataFlow):
             room -= st.index - before
             if exhausted:
                 if st.index == 0:
-                    raise empty_pass_error(type(self).__name__, self.ds)
+                    if pass_progress(self.ds) == st.run_progress:
+                        raise empty_pass_error(type(self).__name__, self.ds)
+                    st.source = None    # it keeps datapoints for a later run: start one
+                    continue
                 if st.run_len is None:
                     st.run_len = st.index
                 st.source = None
