@@ -545,6 +545,9 @@ def test_consumer_sigkill_takes_every_worker_with_it(script, method):
 IN_A_THREAD = '''
 import threading
 method = sys.argv[1]
+if sys.argv[2] == "files":      # endpoints as socket files in a directory, as off Linux
+    import dataflow.parallel.transport
+    dataflow.parallel.transport._ABSTRACT_NAMES = False
 marks = os.path.join(os.environ["TMPDIR"], "spinning")
 os.makedirs(marks, exist_ok=True)
 
@@ -582,19 +585,26 @@ time.sleep(120)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_workers_started_by_an_ended_thread_live_and_die_with_the_consumer(script, method):
+@pytest.mark.parametrize("method, names", [("fork", "abstract"), ("spawn", "abstract"),
+                                           ("fork", "files")])
+def test_workers_started_by_an_ended_thread_live_and_die_with_the_consumer(script, method,
+                                                                           names):
     # alive while the consumer is (spawn's used to be killed with the thread that started
     # them), gone within the limit once it is SIGKILLed, in the middle of a chunk (fork's
-    # used to spin on forever)
-    s = script(f"thread_{method}", IN_A_THREAD, method)
+    # used to spin on forever); endpoint files (not Linux) go with them, which the consumer
+    # could not remove
+    s = script(f"thread_{method}_{names}", IN_A_THREAD, method, names)
     pids = s.expect_pids("PIDS")
     s.expect("READY", limit=40)
     assert not any(is_gone(p) for p in pids)
+    if names == "files":
+        assert [p.name for p in s.tmpdir.glob("dataflow-*")]
     t0 = time.monotonic()
     os.kill(s.pid, signal.SIGKILL)
-    assert_all_gone(pids, CLEANUP_LIMIT, f"thread_{method}_cleanup", since=t0)
+    assert_all_gone(pids, CLEANUP_LIMIT, f"thread_{method}_{names}_cleanup", since=t0)
     s.wait(10)
+    shutil.rmtree(s.tmpdir / "spinning")
+    s.assert_no_files()
 
 
 @pytest.mark.timeout(40)

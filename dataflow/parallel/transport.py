@@ -71,16 +71,22 @@ INLINE_LIMIT = serialize.DEFAULT_OOB_THRESHOLD
 MESSAGE_BYTES = 4 << 20
 
 
+# Linux names endpoints in its abstract namespace (no file, gone with the socket); elsewhere they
+# are socket files in a private temporary directory.
+_ABSTRACT_NAMES = sys.platform.startswith("linux")
+_DIR_PREFIX = "dataflow-"
+
+
 class Endpoints:
     """Names of the worker endpoints of one executor, unique on this machine."""
 
     def __init__(self):
         self._dir = None
         tag = f"dataflow-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        if sys.platform.startswith("linux"):
+        if _ABSTRACT_NAMES:
             self._prefix = f"ipc://@{tag}"
         else:
-            self._dir = tempfile.mkdtemp(prefix="dataflow-")
+            self._dir = tempfile.mkdtemp(prefix=_DIR_PREFIX)
             self._prefix = f"ipc://{self._dir}/w"
 
     def __call__(self, name):
@@ -90,6 +96,15 @@ class Endpoints:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def remove_orphaned_endpoints(endpoint):
+    """Remove the directory of a consumer's endpoint files (not Linux: see :class:`Endpoints`),
+    called by a worker that found its consumer gone: a consumer killed by SIGKILL could not."""
+    if endpoint.startswith("ipc://") and not endpoint.startswith("ipc://@"):
+        directory = os.path.dirname(endpoint[len("ipc://"):])
+        if os.path.basename(directory).startswith(_DIR_PREFIX):
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 _batch_threads = None

@@ -94,7 +94,7 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     if not watched:
         # no signal from the kernel when the consumer dies (the thread that started us may
         # end before it, or this is not Linux): a thread looks, also while a chunk runs
-        threading.Thread(target=_exit_when_orphaned, args=(parent, consumer_pid),
+        threading.Thread(target=_exit_when_orphaned, args=(parent, consumer_pid, endpoint),
                          name="dataflow-orphan-watch", daemon=True).start()
     if forked_by_consumer:
         serialize.share_main_module()
@@ -125,6 +125,7 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
         while True:
             if not tasks and not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
                 if os.getppid() != parent or not process_alive(consumer_pid):
+                    transport.remove_orphaned_endpoints(endpoint)
                     break
                 continue
             if not _take_messages(sock, pool, tasks) or os.getppid() != parent:
@@ -183,9 +184,11 @@ def _remove_socket_file(path):
 _remove_fork_server_address_at_exit()
 
 
-def _exit_when_orphaned(parent, consumer_pid):
-    """End this worker at once (as the kernel's SIGKILL would) once its consumer is gone."""
+def _exit_when_orphaned(parent, consumer_pid, endpoint):
+    """End this worker at once (as the kernel's SIGKILL would) once its consumer is gone,
+    removing the files the consumer could not."""
     while True:
         time.sleep(_LIVENESS_INTERVAL)
         if os.getppid() != parent or not process_alive(consumer_pid):
+            transport.remove_orphaned_endpoints(endpoint)
             os._exit(0)
