@@ -607,6 +607,53 @@ def test_workers_started_by_an_ended_thread_live_and_die_with_the_consumer(scrip
     s.assert_no_files()
 
 
+_HOLD_AT_START = '''
+import os, sys, time
+d = os.environ.get("HOLD_AT_START")
+if d and any("spawn_main" in a for a in sys.orig_argv):
+    # a spawned worker, in its interpreter's start-up: say so, and wait to be let go
+    open(os.path.join(d, "started-%d" % os.getpid()), "w").close()
+    t = time.monotonic()
+    while not os.path.exists(os.path.join(d, "go")) and time.monotonic() - t < 30:
+        time.sleep(0.01)
+'''
+
+_SPAWN_TWO = '''
+import os, sys
+import dataflow as D
+os.environ["HOLD_AT_START"] = sys.argv[1]           # for the workers only
+df = D.MultiProcessMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,
+                           lambda dp: dp, strict=True, start_method="spawn")
+df.reset_state()
+print(sorted(dp[0] for dp in df), flush=True)
+df.close()
+'''
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_spawned_workers_start_does_not_reach_them(tmp_path):
+    # SIGINT is ignored by a worker once its body runs; before, in a spawned interpreter's
+    # start-up, it raised KeyboardInterrupt there: a traceback on stderr and a dead worker
+    site, hold = tmp_path / "site", tmp_path / "hold"
+    site.mkdir()
+    hold.mkdir()
+    (site / "sitecustomize.py").write_text(_HOLD_AT_START)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site)] + sys.path))
+    proc = subprocess.Popen([sys.executable, "-c", _SPAWN_TWO, str(hold)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: len(list(hold.glob("started-*"))) == 2, 30) < math.inf
+        for marker in hold.glob("started-*"):
+            os.kill(int(marker.name.split("-")[1]), signal.SIGINT)
+        (hold / "go").touch()
+        out, err = proc.communicate(timeout=40)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0 and out.strip() == str(list(range(20))), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 @pytest.mark.timeout(40)
 def test_consumer_sigkill_with_fork_server_leaves_no_file(script):
     s, pids, server, tree = start_iterating(script, "sigkill", "forkserver")

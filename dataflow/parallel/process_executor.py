@@ -26,7 +26,7 @@ from .._helpers import check_int
 from .protocol import CLOSED_WHILE_ITERATING, ERR, PROCESS, Executor, WorkerError
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
-from .start import (_Shipped, _get_context, _live_executors, _without_main_module,
+from .start import (_Shipped, _get_context, _live_executors, _sigint_held, _without_main_module,
                     default_start_method)
 from .supervisor import WorkerCrashedError, check_workers, describe_exit
 from .worker import _worker_main
@@ -195,7 +195,8 @@ class ProcessExecutor(Executor):
                   config.worker_nice(), self._cv_threads,
                   self.start_method == "fork" and "cv2" in sys.modules))
         try:
-            with _without_main_module(self.start_method), warnings.catch_warnings():
+            with _without_main_module(self.start_method), _sigint_held(self.start_method), \
+                    warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
                 # other Python thread, and C-level threads (BLAS pools, ZeroMQ's I/O thread)
                 # are fork-aware.

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import os
 import pickle
+import signal
 import threading
 import weakref
 
@@ -135,6 +136,39 @@ def _without_main_module(method):
         yield
     finally:
         _starting.ours = False
+
+
+@contextlib.contextmanager
+def _sigint_held(method):
+    """Keep a Ctrl-C away from a worker that this thread forks or spawns, until the worker
+    ignores SIGINT itself (:mod:`.worker`): a KeyboardInterrupt in a spawned worker's start-up
+    (its interpreter and imports) printed a traceback and killed it.
+
+    SIGINT is blocked in this thread meanwhile; a forked worker inherits the mask and lifts it
+    once it ignores SIGINT. A spawned one gets a fresh mask from ``exec`` but keeps an ignored
+    SIGINT (Python leaves an inherited ``SIG_IGN`` alone), so from the main thread, the only one
+    that may change handlers, SIGINT is also ignored while the worker is started (a few
+    milliseconds: a Ctrl-C that another thread of this process receives then is lost; one that
+    reaches this thread stays pending, and is delivered when this returns). Not for
+    ``forkserver``: the server that
+    this may start would keep the mask for every process it forks, the user's too (our workers
+    start from it in milliseconds)."""
+    if method == "forkserver" or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = None
+    if method == "spawn" and threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)       # None: set outside Python, leave it
+        if handler is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+        if signal.SIGINT not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _get_context(method):

@@ -87,6 +87,8 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
+    if hasattr(signal, "pthread_sigmask"):         # held back while we started (start.py)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watched = pdeathsig and die_with_parent()
     # The parent may have died before the kernel was asked to tell us: then nobody will.
     if os.getppid() != parent or (forked_by_consumer and parent != consumer_pid):
