@@ -155,11 +155,19 @@ def test_segments_without_memfd_or_fallocate_reserve_their_blocks(tmp_path, monk
         shm._anonymous_file(1 << 20)
 
 
-def test_unwritable_temporary_directory_for_the_fork_server(tmp_path):
+@pytest.mark.parametrize("kind", ["unwritable", "too long"])
+def test_unusable_temporary_directory_for_the_fork_server(tmp_path, kind):
+    # too long: the server's socket path does not fit a Unix socket address ("AF_UNIX path too
+    # long", an OSError from multiprocessing)
+    if kind == "unwritable":
+        tempdir = "/proc/dataflow-no-such-dir"
+    else:
+        tempdir = str(tmp_path / ("d" * (110 - len(str(tmp_path)))))
+        os.mkdir(tempdir)
     script = tmp_path / "tmpdir.py"
     script.write_text(textwrap.dedent("""
         import os, tempfile
-        tempfile.tempdir = "/proc/dataflow-no-such-dir"
+        tempfile.tempdir = TEMPDIR
         import dataflow as D
         from dataflow.parallel.resources import ResourceLimitError
         df = D.MultiProcessMapData(D.DataFromList([[1]]), 2, lambda dp: dp,
@@ -178,11 +186,13 @@ def test_unwritable_temporary_directory_for_the_fork_server(tmp_path):
             except (OSError, IndexError):
                 pass
         print("children", children)
-    """))
+    """).replace("TEMPDIR", repr(tempdir)))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert res.returncode == 0, res.stderr
-    assert "ERR" in res.stdout and "/proc/dataflow-no-such-dir" in res.stdout, res.stdout
+    assert "ERR" in res.stdout and tempdir in res.stdout, res.stdout
     assert "set TMPDIR" in res.stdout and "start_method='spawn'" in res.stdout, res.stdout
+    if kind == "too long":
+        assert "more than the 107 a Unix socket address holds" in res.stdout, res.stdout
     assert "children []" in res.stdout, res.stdout

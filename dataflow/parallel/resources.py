@@ -10,6 +10,7 @@ fix, and the executor that hit it has cleaned up everything it had started.
 import errno
 import os
 import shutil
+import sys
 import tempfile
 
 __all__ = ["ResourceLimitError", "FDS_PER_WORKER", "check_file_descriptors",
@@ -111,6 +112,11 @@ def _available_memory():
     return "available memory unknown"
 
 
+# The longest path of a Unix socket file: sockaddr_un.sun_path holds 108 bytes on Linux, 104 on
+# macOS and the BSDs, with the terminating NUL.
+_UNIX_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+
+
 def check_temp_dir(method):
     """Before multiprocessing's fork server starts (it needs a socket file in a temporary
     directory): raise :class:`ResourceLimitError` naming the directory and the fix when none is
@@ -122,7 +128,19 @@ def check_temp_dir(method):
     if server is not None and getattr(server, "_forkserver_pid", None) is not None:
         return                              # already running: it needs nothing more
     from multiprocessing import process
-    if process.current_process()._config.get("tempdir"):
+    made = process.current_process()._config.get("tempdir")
+    # the server listens on <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX (in the directory that
+    # multiprocessing made already, if it did): the path must fit a Unix socket address
+    path = os.path.join(made or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8),
+                        "listener-" + "x" * 8)
+    if len(os.fsencode(path)) > _UNIX_PATH_MAX:
+        raise ResourceLimitError(
+            errno.ENAMETOOLONG,
+            f"the fork server of start_method='forkserver' listens on a socket file whose path "
+            f"would be {len(os.fsencode(path))} bytes ({path!r}), more than the "
+            f"{_UNIX_PATH_MAX} a Unix socket address holds here: set TMPDIR to a shorter "
+            f"directory (e.g. /tmp), or use start_method='spawn'")
+    if made:
         return                              # multiprocessing made its directory already
     try:
         directory = tempfile.mkdtemp(prefix="dataflow-check-")
