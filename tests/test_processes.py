@@ -746,6 +746,23 @@ def test_workers_run_at_a_lower_priority_than_the_consumer(method):
         D.config.set_worker_nice(D.config.DEFAULT_WORKER_NICE)
 
 
+@pytest.mark.parametrize("methods, chosen, threads, expected", [
+    (["fork", "spawn", "forkserver"], None, 1, "fork"),            # Linux, as tensorpack
+    (["fork", "spawn", "forkserver"], None, 2, "forkserver"),      # a thread runs: no fork
+    (["fork", "spawn", "forkserver"], "fork", 2, "forkserver"),    # a default looked up
+    (["fork", "spawn", "forkserver"], "spawn", 1, "spawn"),        # mp.set_start_method
+    (["spawn", "fork", "forkserver"], None, 1, "spawn"),           # macOS: fork is unsafe
+    (["spawn"], None, 1, "spawn"),                                  # Windows
+])
+def test_default_start_method(monkeypatch, methods, chosen, threads, expected):
+    # MapData (which has no start_method) forked on macOS, and ignored mp.set_start_method
+    from dataflow.parallel import start
+    monkeypatch.setattr(start.mp, "get_all_start_methods", lambda: list(methods))
+    monkeypatch.setattr(start.mp, "get_start_method", lambda allow_none=False: chosen)
+    monkeypatch.setattr(start.threading, "active_count", lambda: threads)
+    assert start.default_start_method() == expected
+
+
 def test_spawns_of_other_threads_keep_their_main_module():
     # our workers start without the main module; multiprocessing's function that leaves it out
     # was swapped in for everyone meanwhile, and another thread's spawned process could not

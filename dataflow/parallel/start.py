@@ -19,14 +19,24 @@ __all__ = ["default_start_method"]
 def default_start_method():
     """The start method used when none is given.
 
-    ``"fork"`` while no other Python thread runs in this process: then nothing can hold a lock
-    that the child would inherit locked, and workers start in milliseconds and inherit
-    everything, as with tensorpack. Once another thread runs (ours, a library's, a
-    ``MultiThreadMapData`` upstream), ``"forkserver"``, whose server is a clean single-threaded
-    process, so nothing can deadlock; ``"spawn"`` where neither exists.
+    The one chosen with ``multiprocessing.set_start_method`` when that is not the platform's
+    default (that one is indistinguishable from a default that was merely looked up). Else,
+    where multiprocessing defaults to ``"fork"`` (Linux): ``"fork"`` while no other Python
+    thread runs in this process: then nothing can hold a lock that the child would inherit
+    locked, and workers start in milliseconds and inherit everything, as with tensorpack. Once
+    another thread runs (ours, a library's, a ``MultiThreadMapData`` upstream),
+    ``"forkserver"``, whose server is a clean single-threaded process, so nothing can deadlock.
+    Elsewhere multiprocessing's default (``"spawn"`` on macOS and Windows, where forking is
+    unsafe or missing).
     """
     methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    platform_default = methods[0]       # multiprocessing lists its default first
+    chosen = mp.get_start_method(allow_none=True)
+    if chosen is not None and chosen != platform_default:
+        return chosen
+    if platform_default != "fork":
+        return platform_default
+    if threading.active_count() == 1:
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
 
