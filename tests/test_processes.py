@@ -840,6 +840,17 @@ def test_map_function_that_cannot_be_pickled(method):
             del info
 
 
+def test_a_runner_whose_dataflow_cannot_be_pickled_names_the_dataflow():
+    # the message named the runner's internal OwnCopy object
+    def gen():
+        yield [1]
+    with D.MultiProcessRunnerZMQ(D.DataFromGenerator(gen()), 1, start_method="spawn") as df:
+        with pytest.raises(TypeError, match=r"the dataflow <dataflow.raw.DataFromGenerator "
+                                            r"object .*> cannot be sent to worker processes: "
+                                            r".*generator"):
+            df.reset_state()
+
+
 @pytest.mark.parametrize("make", [
     lambda m: D.MultiProcessMapData(numbers(3), 2, lambda dp: dp, start_method=m),
     lambda m: D.MultiProcessRunnerZMQ(numbers(3), 2, start_method=m),

@@ -108,6 +108,9 @@ class OwnCopy:
         self.ds = ds
         self.resume = resume
 
+    def __repr__(self):             # what an error about shipping it names
+        return f"the dataflow {self.ds!r}"
+
     def __call__(self, wid):
         self.ds.reset_state()
         return OwnDataFlow(self.ds, copy=wid,
