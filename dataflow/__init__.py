@@ -56,3 +56,10 @@ from .base import UnknownLengthError
 from .parallel.resources import ResourceLimitError
 
 __version__ = "0.1.0"
+
+# ``from dataflow import *`` gives the names above, and ``imgaug`` and ``dataset``, as
+# ``from tensorpack.dataflow import *`` does; not this package's modules (``config``, ``common``,
+# ``image``, ...), which would replace a user's own modules of those names.
+__all__ = sorted(_name for _name, _value in globals().items()
+                 if not _name.startswith("_") and type(_value).__name__ != "module")
+__all__ += ["dataset", "imgaug"]

@@ -46,6 +46,7 @@ import threading
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
+from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import pass_progress
 from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
 

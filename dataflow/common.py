@@ -17,6 +17,7 @@ import numpy as np
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
+from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, dataflow_length, empty_pass_error, func_name, is_int,
                        pass_progress, repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage

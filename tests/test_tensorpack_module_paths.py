@@ -92,3 +92,31 @@ def test_serialize_keeps_its_own_codec_and_reports_unknown_names():
         from dataflow.serialize import Nope  # noqa: F401
     with pytest.raises(AttributeError, match="dataflow.serialize.*Nope"):
         dataflow.serialize.Nope
+
+
+def test_names_tensorpack_code_takes_from_modules_outside_their_all():
+    # tensorpack's FasterRCNN (an older common.py) subclasses transform.TransformAugmentorBase
+    from dataflow.imgaug import transform
+    from dataflow.imgaug.base import get_rng as imgaug_get_rng
+    from dataflow.imgaug.deform import TransformFactory as deform_factory
+    from dataflow.imgaug.meta import TransformFactory as meta_factory
+    from dataflow.imgaug.paste import TransformFactory as paste_factory
+    from dataflow.base import get_rng as base_get_rng
+    from dataflow.common import get_rng as common_get_rng
+    assert transform.TransformAugmentorBase is transform.ImageAugmentor is imgaug.ImageAugmentor
+    assert deform_factory is meta_factory is paste_factory is imgaug.TransformFactory
+    assert imgaug_get_rng is base_get_rng is common_get_rng is dataflow.get_rng
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
+        transform.NoSuchThing
+
+
+def test_star_import_gives_tensorpacks_names_and_not_our_modules(tensorpack_modules):
+    ns = {}
+    exec("import json as config, json as common, json as image\nfrom dataflow import *", ns)
+    assert ns["config"] is ns["common"] is ns["image"] is json     # a user's own modules stay
+    assert ns["MapData"] is dataflow.MapData and ns["imgaug"] is imgaug
+    assert ns["dataset"] is dataset and ns["set_seed"] is dataflow.set_seed
+    tp_names = {n for name, names in tensorpack_modules.items()
+                if name.count(".") == 2 and name.split(".")[2] not in ("imgaug", "dataset")
+                for n in names}
+    assert tp_names <= set(dataflow.__all__), tp_names - set(dataflow.__all__)

@@ -45,6 +45,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import rng as _rng
+from ..rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ..base import restore_attributes
 from .transform import BaseTransform, LazyTransform, PhotometricTransform, Transform, \
     TransformList, default_repr

@@ -6,6 +6,7 @@ from ._cv import cv2
 from .transform import cv_input
 from .base import ImageAugmentor
 from .transform import Transform
+from .transform import TransformFactory  # noqa: F401 (tensorpack's module has it)
 
 __all__ = []
 

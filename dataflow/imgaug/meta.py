@@ -5,6 +5,7 @@ import numpy as np
 
 from .base import ImageAugmentor, is_native_augmentor
 from .transform import NoOpTransform, Transform, TransformList
+from .transform import TransformFactory  # noqa: F401 (tensorpack's module has it)
 
 __all__ = ["Identity", "RandomApplyAug", "RandomChooseAug", "RandomOrderAug", "MapImage"]
 

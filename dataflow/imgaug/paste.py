@@ -6,6 +6,7 @@ import numpy as np
 
 from .base import ImageAugmentor, shape2d
 from .transform import Transform, as_float_coords
+from .transform import TransformFactory  # noqa: F401 (tensorpack's module has it)
 
 __all__ = ["CenterPaste", "RandomPaste", "BackgroundFiller", "ConstantBackgroundFiller"]
 

@@ -34,6 +34,15 @@ __all__ = ["Transform", "ResizeTransform", "CropTransform", "FlipTransform", "Tr
            "TransformFactory"]
 
 
+def __getattr__(name):
+    # tensorpack 0.11's module also has ImageAugmentor, under its old name TransformAugmentorBase
+    # too (user code subclasses it); it lives in .base, which imports this module
+    if name in ("ImageAugmentor", "TransformAugmentorBase"):
+        from .base import ImageAugmentor
+        return ImageAugmentor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def default_repr(obj, prefix="imgaug."):
     """``imgaug.Name(arg=value, ...)``: the constructor's arguments, read back from the
     attributes of the same names, leaving out those whose value is the default object itself
