@@ -47,6 +47,7 @@ import numpy as np
 from .. import rng as _rng
 from ..rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ..base import restore_attributes
+from . import transform as _transform_module
 from .transform import BaseTransform, LazyTransform, PhotometricTransform, Transform, \
     TransformList, default_repr
 
@@ -287,6 +288,9 @@ class ImageAugmentor:
 
 Augmentor = ImageAugmentor
 TransformAugmentorBase = ImageAugmentor       # tensorpack's legacy alias
+# tensorpack 0.11's transform module has both too (an older FasterRCNN subclasses
+# transform.TransformAugmentorBase); set here, since that module cannot import this one
+_transform_module.ImageAugmentor = _transform_module.TransformAugmentorBase = ImageAugmentor
 
 
 class _LegacyTransform(Transform):

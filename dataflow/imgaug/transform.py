@@ -34,13 +34,8 @@ __all__ = ["Transform", "ResizeTransform", "CropTransform", "FlipTransform", "Tr
            "TransformFactory"]
 
 
-def __getattr__(name):
-    # tensorpack 0.11's module also has ImageAugmentor, under its old name TransformAugmentorBase
-    # too (user code subclasses it); it lives in .base, which imports this module
-    if name in ("ImageAugmentor", "TransformAugmentorBase"):
-        from .base import ImageAugmentor
-        return ImageAugmentor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ImageAugmentor and TransformAugmentorBase, which tensorpack 0.11 has here too, are set by .base
+# (which imports this module) where ImageAugmentor is defined.
 
 
 def default_repr(obj, prefix="imgaug."):
