@@ -121,6 +121,7 @@ def test_mnist_reads_idx_as_float_images_and_uint8_labels(tmp_path, cls):
         assert img.dtype == np.float32 and img.shape == (28, 28)
         np.testing.assert_allclose(img, ei / 255.0, rtol=1e-6)
         assert isinstance(label, np.uint8) and label == el
+    assert df.images.shape == (5, 28, 28, 1)           # tensorpack's attribute (SimilarityLearning)
 
 
 def test_fashion_mnist_label_names():
@@ -476,6 +477,7 @@ def test_bsds500_transposes_portraits_and_averages_boundaries(tmp_path):
         mean = np.mean(maps, axis=0)
         expected.append(mean if shape[0] < shape[1] else mean.T)
     df = dataset.BSDS500("val", data_dir=str(tmp_path), shuffle=False)
+    assert df.data_root == str(base)                   # as tensorpack's attribute
     out = read_all(df)
     assert len(df) == 2
     for (im, edge), e, i in zip(out, expected, range(2)):
@@ -500,6 +502,16 @@ def test_svhn_maps_label_10_to_0_and_keeps_rgb(tmp_path):
     other.mkdir()
     sio.savemat(str(other / "test_32x32.mat"), {"X": X[..., :1], "y": y[:1]})
     assert len(dataset.SVHNDigit("test", data_dir=str(other))) == 1
+
+
+def test_svhn_per_pixel_mean_is_float64_as_tensorpacks(tmp_path, monkeypatch):
+    X = np.random.RandomState(0).randint(0, 256, (32, 32, 3, 3)).astype(np.uint8)
+    (tmp_path / "svhn_data").mkdir()
+    sio.savemat(str(tmp_path / "svhn_data" / "train_32x32.mat"), {"X": X, "y": np.ones((3, 1))})
+    monkeypatch.setenv("DATAFLOW_DATASET", str(tmp_path))
+    mean = dataset.SVHNDigit.get_per_pixel_mean(("train",))
+    assert mean.dtype == np.float64 and mean.shape == (32, 32, 3)
+    np.testing.assert_array_equal(mean, X.transpose(3, 0, 1, 2).mean(axis=0))
 
 
 def test_caltech101_silhouettes(tmp_path):

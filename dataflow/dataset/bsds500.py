@@ -31,12 +31,13 @@ class BSDS500(IndexedDataset):
             raise ValueError(f"BSDS500: name must be 'train', 'test' or 'val', got {name!r}")
         self.name = name
         self.shuffle = shuffle
-        self.data_root = data_dir if data_dir is not None else get_dataset_path("bsds500_data")
-        if not os.path.isdir(os.path.join(self.data_root, "BSR")):
-            path = download(dataset_url("bsds500", _URL, _ARCHIVE), self.data_root,
+        data_dir = data_dir if data_dir is not None else get_dataset_path("bsds500_data")
+        if not os.path.isdir(os.path.join(data_dir, "BSR")):
+            path = download(dataset_url("bsds500", _URL, _ARCHIVE), data_dir,
                             expect_size=_SIZE)
-            extract_tar(path, self.data_root)
-        base = os.path.join(self.data_root, "BSR", "BSDS500", "data")
+            extract_tar(path, data_dir)
+        # the directory of images/ and groundTruth/, as tensorpack's attribute
+        self.data_root = base = os.path.join(data_dir, "BSR", "BSDS500", "data")
         files = sorted(glob.glob(os.path.join(base, "images", name, "*.jpg")))
         if not files:
             raise FileNotFoundError(f"{os.path.join(base, 'images', name)}: no *.jpg images")

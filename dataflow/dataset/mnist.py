@@ -54,7 +54,8 @@ class Mnist(IndexedDataset):
         self.shuffle = shuffle
         self.dir = dir if dir is not None else get_dataset_path(self._DIR)
         paths = [self._maybe_download(name) for name in _FILES[train_or_test]]
-        self.images = _read_idx(paths[0], _IMAGES_MAGIC).astype(np.float32) / 255.0
+        # (N, 28, 28, 1), as tensorpack's attribute (datapoints are (28, 28) views of it)
+        self.images = (_read_idx(paths[0], _IMAGES_MAGIC).astype(np.float32) / 255.0)[..., None]
         self.labels = _read_idx(paths[1], _LABELS_MAGIC)
         if len(self.images) != len(self.labels):
             raise ValueError(f"{self.dir}: {len(self.images)} images but {len(self.labels)} "
@@ -70,7 +71,7 @@ class Mnist(IndexedDataset):
         return len(self.labels)
 
     def _get(self, k):
-        return [self.images[k], self.labels[k]]
+        return [self.images[k, :, :, 0], self.labels[k]]
 
 
 class FashionMnist(Mnist):

@@ -50,10 +50,10 @@ class SVHNDigit(IndexedDataset):
 
     @staticmethod
     def get_per_pixel_mean(names=("train", "test", "extra")):
-        """The mean image (float32 (32, 32, 3), RGB) over the given splits of the default
-        ``data_dir``."""
+        """The mean image (float64 (32, 32, 3), RGB, as tensorpack's) over the given splits of
+        the default ``data_dir``."""
         images = np.concatenate([SVHNDigit(n, shuffle=False).X for n in names])
-        return images.mean(axis=0, dtype=np.float64).astype(np.float32)
+        return images.mean(axis=0, dtype=np.float64)
 
 
 def _load(sio, path):
