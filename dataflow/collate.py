@@ -58,15 +58,40 @@ def aggregate_batch(data_holder, use_list=False):
     """
     first_dp = data_holder[0]
     if isinstance(first_dp, (list, tuple)):
+        n = len(first_dp)
+        for i, dp in enumerate(data_holder):
+            if not isinstance(dp, (list, tuple)) or len(dp) != n:
+                _structure_error(i, dp, first_dp)
         result = []
-        for k in range(len(first_dp)):
+        for k in range(n):
             data_list = [x[k] for x in data_holder]
             result.append(data_list if use_list else batch_numpy(data_list, k))
     elif isinstance(first_dp, dict):
+        keys = first_dp.keys()
+        for i, dp in enumerate(data_holder):
+            if not isinstance(dp, dict) or dp.keys() != keys:
+                _structure_error(i, dp, first_dp)
         result = {}
-        for key in first_dp.keys():
+        for key in keys:
             data_list = [x[key] for x in data_holder]
             result[key] = data_list if use_list else batch_numpy(data_list, key)
     else:
         raise ValueError(f"Datapoint has to be a list, tuple or dict. Got {type(first_dp)}")
     return result
+
+
+def _structure_error(i, dp, first):
+    """A datapoint of another structure than the batch's first: tensorpack sized the batch
+    from the first one, so extra components were dropped silently and missing ones raised a
+    bare IndexError or KeyError."""
+    raise ValueError(f"BatchData: datapoint {i} of the batch has {_structure(dp)}, datapoint 0 "
+                     f"has {_structure(first)}: every datapoint of a batch needs the same "
+                     "structure")
+
+
+def _structure(dp):
+    if isinstance(dp, dict):
+        return "the keys [" + ", ".join(sorted(map(repr, dp.keys()))) + "]"
+    if isinstance(dp, (list, tuple)):
+        return f"{len(dp)} component" + ("" if len(dp) == 1 else "s")
+    return f"type {type(dp).__name__}"

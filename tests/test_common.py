@@ -315,6 +315,22 @@ def test_batchdata_rejects_non_list_datapoint():
         BatchData.aggregate_batch([1, 2])
 
 
+@pytest.mark.parametrize("dps, match", [
+    ([[1], [3, 4]], "datapoint 1 of the batch has 2 components, datapoint 0 has 1 component"),
+    ([[1, 2], [3]], "datapoint 1 of the batch has 1 component, datapoint 0 has 2 components"),
+    ([{"a": 1, "b": 2}, {"a": 1}], r"datapoint 1 of the batch has the keys \['a'\], "
+                                   r"datapoint 0 has the keys \['a', 'b'\]"),
+    ([{"a": 1}, {"a": 1, "b": 2}], r"has the keys \['a', 'b'\], datapoint 0 has the keys"),
+    ([[1], {"a": 1}], r"has the keys \['a'\], datapoint 0 has 1 component"),
+    ([[1], 7], "datapoint 1 of the batch has type int"),
+])
+def test_batchdata_datapoints_of_another_structure_are_named(dps, match):
+    # tensorpack sizes the batch from the first datapoint: extra components vanished silently,
+    # missing ones raised a bare IndexError or KeyError
+    with pytest.raises(ValueError, match=match):
+        list(BatchData(DataFromList(dps, shuffle=False), 2))
+
+
 # ---------------------------------------------------------------- BatchDataByShape
 
 def _shaped(sizes):
