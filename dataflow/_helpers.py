@@ -74,6 +74,27 @@ def repeat_forever(df, who):
             raise empty_pass_error(who, df)
 
 
+def component(dp, key, who):
+    """``dp[key]``; an ``IndexError``, ``KeyError`` or ``TypeError`` naming ``who``, the key and
+    what the datapoint has where that fails (Python's own says "list index out of range")."""
+    try:
+        return dp[key]
+    except (IndexError, KeyError, TypeError) as e:
+        if isinstance(dp, (list, tuple)):
+            n = len(dp)
+            has = f"{n} component" + ("" if n == 1 else "s")
+            what = f"no component {key!r}" if isinstance(key, int) else \
+                f"a component index must be an int, got {key!r}"
+        elif isinstance(dp, dict):
+            keys = list(dp)
+            has = f"the keys {keys[:10]}" + (" ..." if len(keys) > 10 else "")
+            what = f"no key {key!r}"
+        else:
+            raise TypeError(f"{who}: a datapoint must be a list, tuple or dict to take its "
+                            f"component {key!r}, got {type(dp).__name__}") from None
+        raise type(e)(f"{who}: the datapoint has {has}, {what}") from None
+
+
 def func_name(func):
     """A function's name for messages: the wrapped function's qualified name, else its
     ``__name__``, else the name of its type (a callable object)."""

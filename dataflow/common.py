@@ -18,8 +18,8 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
-from ._helpers import (add_note, dataflow_length, empty_pass_error, func_name, is_int,
-                       pass_progress, repeat_forever)
+from ._helpers import (add_note, component, dataflow_length, empty_pass_error, func_name,
+                       is_int, pass_progress, repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -352,7 +352,7 @@ class BatchDataByShape(BatchData):
                 dp = next(it, _EMPTY)
                 if dp is _EMPTY:
                     return
-                shape = np.shape(dp[self.idx])
+                shape = np.shape(component(dp, self.idx, "BatchDataByShape"))
                 holder, keys = self.holder[shape], self._held_keys[shape]
                 holder.append(dp)
                 keys.append((self._step, key))
@@ -677,7 +677,7 @@ class MapDataComponent(MapData):
         return {"index": _json_key(self._index)}
 
     def _mapper(self, dp):
-        r = self._func(dp[self._index])
+        r = self._func(component(dp, self._index, "MapDataComponent"))
         if r is None:
             return None
         if inspect.isgenerator(r):
@@ -1101,7 +1101,10 @@ class SelectComponent(MapData):
         super().__init__(ds, self._select)
 
     def _select(self, dp):
-        return [dp[i] for i in self.idxs]
+        try:
+            return [dp[i] for i in self.idxs]
+        except (IndexError, KeyError, TypeError):
+            return [component(dp, i, "SelectComponent") for i in self.idxs]
 
     def _fingerprint_params(self):
         return {"idxs": [_json_key(i) for i in self.idxs]}

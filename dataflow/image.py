@@ -25,6 +25,7 @@ import os
 import numpy as np
 
 from . import checkpoint as _ckpt
+from ._helpers import component
 from .base import RNGDataFlow
 from .common import MapData, MapDataComponent
 from .ops.augment import as_augmentor_list, augmentors_native
@@ -89,6 +90,15 @@ class _ExceptionHandler:
             return None
 
 
+def _augmented(img, what):
+    """An augmentor's output, checked: a ``MapImage`` function that returns nothing made it
+    ``None``, which as a map result drops the datapoint, silently (tensorpack's does)."""
+    if not isinstance(img, np.ndarray):
+        raise TypeError(f"{what}: the augmentors returned {type(img).__name__}, not an image "
+                        "(does a MapImage function return its result?)")
+    return img
+
+
 def _as_list(dp):
     return list(dp) if isinstance(dp, tuple) else dp
 
@@ -107,7 +117,7 @@ class _AugmentComponent(Op):
     def _augment(self, img):
         if self.copy:
             img = _copy.deepcopy(img)
-        return self.augs.augment(img)
+        return _augmented(self.augs.augment(img), "AugmentImageComponent")
 
     def apply(self, img):
         _check_image(img, "AugmentImageComponent")     # outside the handler, as tensorpack
@@ -127,14 +137,16 @@ class _AugmentCoordinates(Op):
         return augmentors_native(self.augs)
 
     def _augment(self, dp):
-        img, coords = dp[self.img_index], dp[self.coords_index]
-        _check_image(img, "AugmentImageCoordinates")
-        _check_coords(coords, "AugmentImageCoordinates")
+        what = "AugmentImageCoordinates"
+        img, coords = component(dp, self.img_index, what), component(dp, self.coords_index, what)
+        _check_image(img, what)
+        _check_coords(coords, what)
         if self.copy:
             img, coords = _copy.deepcopy((img, coords))
         tfms = self.augs.get_transform(img)
         dp = _as_list(dp)
-        dp[self.img_index] = tfms.apply_image(img)     # first: later transforms are lazy
+        dp[self.img_index] = _augmented(tfms.apply_image(img), what)    # first: the
+        # transforms after it are lazy
         dp[self.coords_index] = tfms.apply_coords(coords)
         return dp
 
@@ -158,17 +170,24 @@ class _AugmentComponents(Op):
         dp = _as_list(_copy.copy(dp))
         what = "AugmentImageComponents"
         major = self.indices[0]
-        im = dp[major]
+        im = component(dp, major, what)
         if self.copy:
             im = _copy.deepcopy(im)
         _check_image(im, what)
+        others = [component(dp, idx, what) for idx in self.indices[1:]]
+        for idx, other in zip(self.indices[1:], others):
+            _check_image(other, what)
+            if other.shape[:2] != im.shape[:2]:     # one transform for all: same size only
+                raise ValueError(f"{what}: component {idx!r} is {other.shape[:2]}, component "
+                                 f"{major!r} {im.shape[:2]}: the images augmented together "
+                                 "must have the same height and width")
         tfms = self.augs.get_transform(im)
-        dp[major] = tfms.apply_image(im)              # first: later transforms are lazy
-        for idx in self.indices[1:]:
-            _check_image(dp[idx], what)
-            dp[idx] = tfms.apply_image(_copy.deepcopy(dp[idx]) if self.copy else dp[idx])
+        dp[major] = _augmented(tfms.apply_image(im), what)   # first: later transforms are lazy
+        for idx, other in zip(self.indices[1:], others):
+            dp[idx] = _augmented(tfms.apply_image(_copy.deepcopy(other) if self.copy else other),
+                                 what)
         for idx in self.coords_index:
-            coords = dp[idx]
+            coords = component(dp, idx, what)
             _check_coords(coords, what)
             dp[idx] = tfms.apply_coords(_copy.deepcopy(coords) if self.copy else coords)
         return dp

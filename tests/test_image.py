@@ -245,6 +245,35 @@ def _write(path, bgr):
     return str(path)
 
 
+def test_an_augmentor_that_returns_nothing_is_an_error_not_a_dropped_datapoint():
+    def forgets_to_return(img):
+        img[0, 0] = 0
+
+    df = AugmentImageComponent(DataFromList([[image()]] * 4), [imgaug.MapImage(forgets_to_return)])
+    with pytest.raises(TypeError, match="AugmentImageComponent: the augmentors returned "
+                                        "NoneType, not an image"):
+        collect(df)          # every datapoint was dropped, silently (tensorpack's too)
+
+
+def test_components_of_another_size_are_refused():
+    # one transform for all: a crop made the 10 x 10 mask (0, 0), a rotation warped it to 32 x 40
+    dp = [np.zeros((32, 40, 3), np.uint8), np.zeros((10, 10), np.uint8)]
+    df = AugmentImageComponents(DataFromList([dp]), [imgaug.RandomCrop((8, 8))], index=(0, 1))
+    with pytest.raises(ValueError, match=r"component 1 is \(10, 10\), component 0 \(32, 40\)"):
+        collect(df)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ds: AugmentImageComponents(ds, [imgaug.Flip(horiz=True)], index=(0, 5)),
+    lambda ds: AugmentImageCoordinates(ds, [imgaug.Flip(horiz=True)], coords_index=5),
+    lambda ds: dataflow.MapDataComponent(ds, lambda x: x, 5),
+    lambda ds: dataflow.SelectComponent(ds, [0, 5]),
+], ids=["components", "coordinates", "MapDataComponent", "SelectComponent"])
+def test_a_component_index_out_of_range_is_named(make):
+    with pytest.raises(IndexError, match="the datapoint has 1 component, no component 5"):
+        collect(make(DataFromList([[image()]])))
+
+
 def test_image_from_file_gives_rgb_and_resizes(tmp_path):
     bgr = np.zeros((4, 5, 3), np.uint8)
     bgr[..., 0] = 255                                     # blue, in OpenCV's order
