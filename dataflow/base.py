@@ -272,6 +272,11 @@ class ProxyDataFlow(DataFlow):
     """A dataflow that wraps another one (``self.ds``) and by default forwards everything to it."""
 
     def __init__(self, ds):
+        if isinstance(ds, type) or not (callable(getattr(ds, "reset_state", None))
+                                        and callable(getattr(ds, "__iter__", None))):
+            raise TypeError(f"{type(self).__name__}: expected a DataFlow (with __iter__ and "
+                            f"reset_state), got {type(ds).__name__}"
+                            + (": wrap a list in DataFromList" if isinstance(ds, list) else ""))
         self.ds = ds
 
     def reset_state(self):

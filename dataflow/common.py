@@ -1032,6 +1032,8 @@ class JoinData(DataFlow):
 
     def __init__(self, df_lists):
         self.df_lists = df_lists
+        if not df_lists:            # it would yield [] forever
+            raise ValueError("JoinData: df_lists must hold at least one dataflow")
         lens = [dataflow_length(d) for d in df_lists]
         if None not in lens and len(set(lens)) > 1:
             logger.warning("JoinData: the dataflows to join have different lengths %s; "

@@ -210,6 +210,9 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
     """
 
     def __init__(self, files, channel=3, resize=None, shuffle=False):
+        if isinstance(files, (str, bytes, os.PathLike)):    # list() would split it in letters
+            raise TypeError(f"ImageFromFile: files must be a list of paths, got the single path "
+                            f"{files!r} (pass [{files!r}])")
         files = list(files)
         if not files:
             raise ValueError("No image files given to ImageFromFile!")

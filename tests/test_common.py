@@ -310,6 +310,23 @@ def test_batchdata_batch_larger_than_data():
         BatchData(Counting(3), 0)
 
 
+@pytest.mark.parametrize("make", [
+    lambda ds: BatchData(ds, 1), lambda ds: MapData(ds, lambda dp: dp),
+    lambda ds: FixedSizeData(ds, 1),
+    lambda ds: dataflow.MultiThreadMapData(ds, 2, lambda dp: dp),
+], ids=["BatchData", "MapData", "FixedSizeData", "MultiThreadMapData"])
+def test_a_list_in_place_of_a_dataflow_is_a_type_error(make):
+    # it was "AttributeError: 'list' object has no attribute 'reset_state'", later
+    with pytest.raises(TypeError, match=r"expected a DataFlow \(with __iter__ and reset_state\), "
+                                        r"got list: wrap a list in DataFromList"):
+        make([[1], [2]])
+
+
+def test_joindata_of_nothing_is_an_error():
+    with pytest.raises(ValueError, match="JoinData: df_lists must hold at least one dataflow"):
+        dataflow.JoinData([])                  # it yielded [] forever
+
+
 def test_batchdata_rejects_non_list_datapoint():
     with pytest.raises(ValueError, match="list, tuple or dict"):
         BatchData.aggregate_batch([1, 2])

@@ -172,6 +172,18 @@ def test_hdf5_data_paths_length_mismatch_names_datapoint(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_hdf5_save_refuses_dict_datapoints_and_a_string_of_paths(tmp_path):
+    # a dict's keys were written in place of its values; a string was split into letters
+    path = str(tmp_path / "d.h5")
+    dicts = D.DataFromList([{"img": np.zeros(2), "label": 3}], shuffle=False)
+    with pytest.raises(TypeError, match=r"datapoint 0 is a dict; HDF5Serializer.save writes "
+                                        r"list or tuple datapoints"):
+        D.HDF5Serializer.save(dicts, path, ["img", "label"])
+    with pytest.raises(TypeError, match="data_paths must be a list of dataset names"):
+        D.HDF5Serializer.save(D.DataFromList([[1]]), path, "img")
+    assert not os.listdir(tmp_path)
+
+
 def test_hdf5_unstackable_components_name_the_dataset(tmp_path):
     dps = [[np.zeros(2)], [np.zeros(3)]]
     with pytest.raises(ValueError, match=r"dataset 'img'.*datapoint 1 has shape \(3,\)"):

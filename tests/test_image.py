@@ -298,6 +298,12 @@ def test_image_from_file_shuffles_its_own_copy(tmp_path):
     assert files == given
 
 
+def test_image_from_file_refuses_a_single_path():
+    with pytest.raises(TypeError, match=r"files must be a list of paths, got the single path "
+                                        r"'a.png' \(pass \['a.png'\]\)"):
+        ImageFromFile("a.png")                 # split into letters: '/' was the first file
+
+
 def test_image_from_file_errors(tmp_path):
     with pytest.raises(ValueError, match="No image files"):
         ImageFromFile([])

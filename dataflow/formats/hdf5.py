@@ -94,6 +94,9 @@ class HDF5Serializer:
         written under a temporary name beside ``path`` and renamed when complete."""
         h5py = _h5py("HDF5Serializer")
         path = os.fspath(path)
+        if isinstance(data_paths, (str, bytes)):
+            raise TypeError(f"HDF5Serializer.save: data_paths must be a list of dataset names, "
+                            f"one per component, got the string {data_paths!r}")
         data_paths = list(data_paths)
         df.reset_state()
         try:
@@ -102,6 +105,9 @@ class HDF5Serializer:
             pass
         columns = [[] for _ in data_paths]
         for i, dp in enumerate(df):
+            if not isinstance(dp, (list, tuple)):   # a dict's keys would be saved as its values
+                raise TypeError(f"{path}: datapoint {i} is a {type(dp).__name__}; "
+                                "HDF5Serializer.save writes list or tuple datapoints")
             if len(dp) != len(data_paths):
                 raise ValueError(f"{path}: datapoint {i} has {len(dp)} components but "
                                  f"data_paths has {len(data_paths)} ({data_paths})")
