@@ -115,6 +115,32 @@ def _refuse_big_files():
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_threads_the_system_refuses_name_the_limit_and_leave_none(monkeypatch):
+    # MultiThreadMapData(ds, 10**6, f): "can't start new thread", with the ~22,000 that had
+    # started left running after close()
+    import threading
+    from dataflow.parallel import thread_executor
+    calls = []
+
+    class Refusing(threading.Thread):
+        def start(self):
+            calls.append(1)
+            if len(calls) > 3:
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(thread_executor.threading, "Thread", Refusing)
+    before = set(threading.enumerate())
+    df = D.MultiThreadMapData(D.DataFromList([[1]]), 8, lambda dp: dp)
+    with pytest.raises(D.ResourceLimitError, match="could not start worker thread 4 of 8") as info:
+        df.reset_state()
+    assert info.value.errno == errno.EAGAIN and "use fewer workers" in str(info.value)
+    for t in set(threading.enumerate()) - before:
+        t.join(5)
+    assert set(threading.enumerate()) <= before
+    df.close()
+
+
 def test_shared_memory_for_a_segment_refused():
     with D.MultiProcessMapData(D.DataFromList([[0]]), 1, _refuse_big_files(), strict=True,
                                start_method="fork") as df:

@@ -5,6 +5,7 @@ A pool of daemon threads behind the :class:`~.protocol.Executor` contract; order
 strictness and errors are the mapper's. The worker threads hold no reference to the dataflow, so
 an abandoned dataflow is garbage-collected and its finalizer stops them.
 """
+import errno
 import logging
 import math
 import queue
@@ -16,6 +17,7 @@ import traceback
 from .. import config
 from .protocol import CLOSED_WHILE_ITERATING, THREAD, Executor, WorkerError, run_chunk
 from . import cvthreads
+from .resources import ResourceLimitError
 from .supervisor import check_workers
 
 __all__ = ["ThreadExecutor"]
@@ -107,8 +109,16 @@ class ThreadExecutor(Executor):
         self._threads = []
         # OpenCV's pool, shared by the process, gets the CPUs per worker (cvthreads)
         self._cv_token = cvthreads.hold(cvthreads.threads_for(num_workers))
-        for _ in range(num_workers):
-            self.add_worker()
+        try:
+            for _ in range(num_workers):
+                self.add_worker()
+        except RuntimeError as e:           # "can't start new thread": stop those that started
+            started = len(self._threads)
+            self.close()
+            raise ResourceLimitError(
+                errno.EAGAIN, f"could not start worker thread {started + 1} of {num_workers} "
+                f"({e}): the system allows no more threads to this process; use fewer "
+                "workers") from e
 
     def add_worker(self):
         """Start one more worker thread."""
@@ -117,10 +127,10 @@ class ThreadExecutor(Executor):
         t = w.thread = threading.Thread(
             target=_thread_main, name=f"{self._name}-worker-{wid}", daemon=True,
             args=(wid, self._make_func, self._tasks, self._results, self._stop, w))
+        t.start()                           # first: a thread that did not start is not ours
         self._watches.append(w)
         self._threads.append(t)
         self.num_workers += 1
-        t.start()
 
     def retire_worker(self):
         """Make one worker thread leave once the chunks queued so far are taken; the pool keeps
