@@ -18,8 +18,8 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
-from ._helpers import (add_note, component, dataflow_length, empty_pass_error, func_name,
-                       is_int, pass_progress, repeat_forever)
+from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
+                       func_name, is_int, pass_progress, repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -65,12 +65,8 @@ class TestDataSpeed(ProxyDataFlow):
             warmup (int): number of datapoints to take before timing.
         """
         super().__init__(ds)
-        self.test_size = int(size)
-        self.warmup = int(warmup)
-        if self.test_size <= 0:
-            raise ValueError(f"TestDataSpeed: size must be positive, got {size}")
-        if self.warmup < 0:
-            raise ValueError(f"TestDataSpeed: warmup must be >= 0, got {warmup}")
+        self.test_size = check_int("TestDataSpeed: size", size, 1)
+        self.warmup = check_int("TestDataSpeed: warmup", warmup, 0)
         self._reset_called = False
 
     def reset_state(self):
@@ -410,9 +406,7 @@ class FixedSizeData(ProxyDataFlow):
 
     def __init__(self, ds, size, keep_state=True):
         super().__init__(ds)
-        self._size = int(size)
-        if self._size < 0:
-            raise ValueError(f"FixedSizeData: size must be >= 0, got {size}")
+        self._size = check_int("FixedSizeData: size", size, 0)
         self.itr = None
         self._keep = keep_state
         self._guard = None
@@ -707,9 +701,9 @@ class RepeatedData(ProxyDataFlow):
             ds (DataFlow): input dataflow.
             num (int): number of passes; -1 for infinitely many.
         """
+        if not (is_int(num) and num >= -1):
+            raise ValueError(f"RepeatedData: num must be an int >= 0, or -1 (forever), got {num!r}")
         self.num = int(num)
-        if self.num < -1:
-            raise ValueError(f"RepeatedData: num must be >= 0 or -1 (forever), got {num}")
         super().__init__(ds)
 
     def __len__(self):
@@ -762,9 +756,7 @@ class RepeatedDataPoint(ProxyDataFlow):
     the repeats are the same object."""
 
     def __init__(self, ds, num):
-        self.num = int(num)
-        if self.num < 1:
-            raise ValueError(f"RepeatedDataPoint: num must be >= 1, got {num}")
+        self.num = check_int("RepeatedDataPoint: num", num, 1)
         super().__init__(ds)
 
     def __len__(self):
@@ -1145,16 +1137,14 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         if nr_reuse is not None:
             num_reuse = nr_reuse
         ProxyDataFlow.__init__(self, ds)
-        buffer_size = int(buffer_size)
-        if buffer_size < 1:
-            raise ValueError(f"LocallyShuffleData: buffer_size must be >= 1, got {buffer_size}")
+        buffer_size = check_int("LocallyShuffleData: buffer_size", buffer_size, 1)
         self.q = deque(maxlen=buffer_size)
         if shuffle_interval is None:
-            shuffle_interval = buffer_size // 3
-        self.shuffle_interval = max(1, int(shuffle_interval))
-        self.num_reuse = int(num_reuse)
-        if self.num_reuse < 1:
-            raise ValueError(f"LocallyShuffleData: num_reuse must be >= 1, got {num_reuse}")
+            self.shuffle_interval = max(1, buffer_size // 3)
+        else:
+            self.shuffle_interval = check_int("LocallyShuffleData: shuffle_interval",
+                                              shuffle_interval, 1)
+        self.num_reuse = check_int("LocallyShuffleData: num_reuse", num_reuse, 1)
         self._inf_ds = RepeatedData(ds, -1)
         self._inf_iter = None
         self._iter_cnt = 0

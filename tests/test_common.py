@@ -322,6 +322,23 @@ def test_a_list_in_place_of_a_dataflow_is_a_type_error(make):
         make([[1], [2]])
 
 
+@pytest.mark.parametrize("make, match", [
+    (lambda ds: dataflow.RepeatedData(ds, 2.5), "RepeatedData: num must be an int >= 0, or -1"),
+    (lambda ds: FixedSizeData(ds, 2.9), "FixedSizeData: size must be an int >= 0, got 2.9"),
+    (lambda ds: dataflow.RepeatedDataPoint(ds, 1.9), "RepeatedDataPoint: num must be a positive"),
+    (lambda ds: dataflow.LocallyShuffleData(ds, 2.5), "buffer_size must be a positive int"),
+    (lambda ds: dataflow.LocallyShuffleData(ds, 10, shuffle_interval=0),
+     "shuffle_interval must be a positive int, got 0"),
+    (lambda ds: dataflow.LocallyShuffleData(ds, 10, num_reuse="2"), "num_reuse must be a"),
+    (lambda ds: dataflow.TestDataSpeed(ds, None), "TestDataSpeed: size must be a positive int"),
+], ids=["RepeatedData", "FixedSizeData", "RepeatedDataPoint", "buffer_size",
+        "shuffle_interval", "num_reuse", "TestDataSpeed"])
+def test_counts_that_are_not_ints_are_refused(make, match):
+    # 2.5 passes became 2 (and None a bare int() TypeError), an explicit interval of 0 became 1
+    with pytest.raises(ValueError, match=match):
+        make(DataFromList([[1], [2]]))
+
+
 def test_joindata_of_nothing_is_an_error():
     with pytest.raises(ValueError, match="JoinData: df_lists must hold at least one dataflow"):
         dataflow.JoinData([])                  # it yielded [] forever
