@@ -221,6 +221,8 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
         self.files = files
         self.channel = int(channel)
         self.resize = None if resize is None else _shape2d(resize)
+        if self.resize is not None and not all(s > 0 for s in self.resize):
+            raise ValueError(f"ImageFromFile: resize must be positive, got {resize!r}")
         self.shuffle = shuffle
 
     def __len__(self):

@@ -644,3 +644,16 @@ def test_random_choose_aug_keeps_tensorpacks_attributes_and_refuses_bad_probabil
     assert imgaug.RandomChooseAug([bright, flip]).prob == [0.5, 0.5]
     with pytest.raises(ValueError, match="sum to 1"):
         imgaug.RandomChooseAug([(bright, 1), (flip, 1)])
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: imgaug.RandomCrop(0), "RandomCrop: crop_shape must be positive, got 0"),
+    (lambda: imgaug.RandomCrop((-1, 8)), r"RandomCrop: crop_shape must be positive, got \(-1, 8\)"),
+    (lambda: imgaug.CenterCrop(-1), "CenterCrop: crop_shape must be positive"),
+    (lambda: imgaug.Resize(0), "Resize: shape must be positive"),
+    (lambda: imgaug.ResizeShortestEdge(0), "ResizeShortestEdge: size must be positive"),
+])
+def test_sizes_of_zero_or_less_are_refused(make, match):
+    # a crop of 0 made an empty image, silently; a resize to 0 failed later inside OpenCV
+    with pytest.raises(ValueError, match=match):
+        make()

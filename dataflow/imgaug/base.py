@@ -409,6 +409,13 @@ class _AugmentorTransform(PhotometricTransform):
         return "from " + str(self.aug)
 
 
+def check_positive_size(who, name, sizes, given):
+    """``ValueError`` unless every one of ``sizes`` is > 0 (a size of 0 or less made an empty
+    image, or failed later inside OpenCV)."""
+    if not all(s > 0 for s in sizes):
+        raise ValueError(f"{who}: {name} must be positive, got {given!r}")
+
+
 def shape2d(a):
     """``[a, a]`` for an int (a numpy integer included), ``list(a)`` for a pair; otherwise
     ``RuntimeError("Illegal shape")`` (tensorpack's helper)."""

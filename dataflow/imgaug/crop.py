@@ -4,7 +4,8 @@ rather than cropping, and leaves coordinates unchanged)."""
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, randint, shape2d
+from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, check_positive_size,
+                   randint, shape2d)
 from .misc import _shortest_edge_size
 from .transform import CropTransform, ResizeTransform, TransformList
 
@@ -26,6 +27,7 @@ class RandomCrop(ImageAugmentor):
     def __init__(self, crop_shape):
         super().__init__()
         h, w = shape2d(crop_shape)
+        check_positive_size("RandomCrop", "crop_shape", (h, w), crop_shape)
         crop_shape = (int(h), int(w))
         self._init(locals())
 
@@ -45,6 +47,7 @@ class CenterCrop(ImageAugmentor):
 
     def __init__(self, crop_shape):
         super().__init__()
+        check_positive_size("CenterCrop", "crop_shape", shape2d(crop_shape), crop_shape)
         crop_shape = shape2d(crop_shape)
         self._init(locals())
 

@@ -9,7 +9,7 @@ import logging
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import ImageAugmentor, shape2d
+from .base import ImageAugmentor, check_positive_size, shape2d
 from .transform import FlipTransform, NoOpTransform, ResizeTransform, TransposeTransform
 
 __all__ = ["Flip", "Resize", "ResizeShortestEdge", "RandomResize", "Transpose"]
@@ -45,6 +45,7 @@ class Resize(ImageAugmentor):
 
     def __init__(self, shape, interp=INTER_LINEAR):
         super().__init__()
+        check_positive_size("Resize", "shape", shape2d(shape), shape)
         shape = tuple(shape2d(shape))
         self._init(locals())
 
@@ -68,6 +69,7 @@ class ResizeShortestEdge(ImageAugmentor):
 
     def __init__(self, size, interp=INTER_LINEAR):
         super().__init__()
+        check_positive_size("ResizeShortestEdge", "size", (size,), size)
         size = int(size)
         self._init(locals())
 
