@@ -38,7 +38,7 @@ import weakref
 import zmq
 from zmq.utils import z85
 
-from ._helpers import endless, repeat_forever
+from ._helpers import check_int, endless, repeat_forever
 from ._malloc import keep_freed_memory
 from .base import DataFlow, DataFlowReentrantGuard
 from .formats import codec
@@ -135,6 +135,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
         raise ValueError(f"send_dataflow_zmq: unknown format {format!r}; use None (msgpack) "
                          "or 'pickle'")
     encoding = _SEND_FORMATS[format]
+    hwm = check_int("send_dataflow_zmq: hwm", hwm, 0)
     if curve_server_key is None and curve_client_keypair is not None:
         raise ValueError("send_dataflow_zmq: curve_client_keypair needs curve_server_key (the "
                          "receiver's public key)")
@@ -145,7 +146,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     try:
-        sock.set_hwm(int(hwm))
+        sock.set_hwm(hwm)
         if curve_server_key is not None:
             public, secret = (curve_client_keypair if curve_client_keypair is not None
                               else zmq.curve_keypair())
@@ -207,7 +208,7 @@ class RemoteDataZMQ(DataFlow):
             raise ValueError("RemoteDataZMQ: addr1 is required")
         self.addr1 = addr1
         self.addr2 = addr2
-        self.hwm = int(hwm)
+        self.hwm = check_int("RemoteDataZMQ: hwm", hwm, 0)      # 0: no limit, as ZeroMQ's
         self.bind = bind
         self.allow_pickle = bool(allow_pickle)
         self.tune_malloc = bool(tune_malloc)

@@ -236,6 +236,14 @@ def test_both_ends_keep_freed_memory_unless_told_not_to(no_leaks, ipc_addr, monk
     assert len(calls) == (1 if tune else 0)
 
 
+def test_a_bad_high_water_mark_is_named():
+    # send_dataflow_zmq raised a bare "ZMQError: Invalid argument"; RemoteDataZMQ took it
+    with pytest.raises(ValueError, match="send_dataflow_zmq: hwm must be an int >= 0, got -1"):
+        send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", hwm=-1)
+    with pytest.raises(ValueError, match="RemoteDataZMQ: hwm must be an int >= 0, got -1"):
+        RemoteDataZMQ("ipc:///nonexistent/x", hwm=-1)
+
+
 def test_zmq_ops_format_is_not_implemented():
     with pytest.raises(NotImplementedError, match="zmq_ops"):
         send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", format="zmq_ops")
