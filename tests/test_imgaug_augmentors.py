@@ -657,3 +657,15 @@ def test_sizes_of_zero_or_less_are_refused(make, match):
     # a crop of 0 made an empty image, silently; a resize to 0 failed later inside OpenCV
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: imgaug.Flip(horiz=True, prob=2), r"Flip: prob must be a number in \[0, 1\], got 2"),
+    (lambda: imgaug.RandomApplyAug(imgaug.Flip(horiz=True), -0.5), "RandomApplyAug: prob must"),
+    (lambda: imgaug.BrightnessScale(5), r"BrightnessScale: range must be a pair \(low, high\)"),
+    (lambda: imgaug.Contrast(1.4), r"Contrast: factor_range must be a pair \(low, high\)"),
+])
+def test_probabilities_and_ranges_are_checked_when_built(make, match):
+    # Flip(prob=2) always flipped; a scalar range failed at the first image
+    with pytest.raises(ValueError, match=match):
+        make()

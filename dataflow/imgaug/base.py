@@ -409,6 +409,20 @@ class _AugmentorTransform(PhotometricTransform):
         return "from " + str(self.aug)
 
 
+def check_probability(who, prob):
+    """``ValueError`` unless ``prob`` is a number in [0, 1] (``Flip(prob=2)`` always flipped)."""
+    if isinstance(prob, bool) or not isinstance(prob, (int, float, np.integer, np.floating)) \
+            or not 0 <= prob <= 1:
+        raise ValueError(f"{who}: prob must be a number in [0, 1], got {prob!r}")
+
+
+def check_range(who, name, value):
+    """``ValueError`` unless ``value`` is a pair ``(low, high)`` (a number failed at the first
+    image with "argument after * must be an iterable")."""
+    if not (isinstance(value, (tuple, list, np.ndarray)) and len(value) == 2):
+        raise ValueError(f"{who}: {name} must be a pair (low, high), got {value!r}")
+
+
 def check_positive_size(who, name, sizes, given):
     """``ValueError`` unless every one of ``sizes`` is > 0 (a size of 0 or less made an empty
     image, or failed later inside OpenCV)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._cv import cv2
 from .transform import cv_input
-from .base import PhotometricAugmentor
+from .base import PhotometricAugmentor, check_range
 
 __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
            "GaussianBlur", "Gamma", "Clip", "Saturation", "Lighting", "MinMaxNormalize"]
@@ -186,6 +186,7 @@ class BrightnessScale(PhotometricAugmentor):
 
     def __init__(self, range, clip=True):
         super().__init__()
+        check_range("BrightnessScale", "range", range)
         self._init(locals())
 
     def _get_augment_params(self, _):
@@ -205,6 +206,7 @@ class Contrast(PhotometricAugmentor):
 
     def __init__(self, factor_range, rgb=None, clip=True):
         super().__init__()
+        check_range("Contrast", "factor_range", factor_range)
         self._init(locals())
 
     def _get_augment_params(self, _):

@@ -3,7 +3,7 @@
 members in ``reset_state()`` and is native when all its members are."""
 import numpy as np
 
-from .base import ImageAugmentor, is_native_augmentor
+from .base import ImageAugmentor, check_probability, is_native_augmentor
 from .transform import NoOpTransform, Transform, TransformList
 from .transform import TransformFactory  # noqa: F401 (tensorpack's module has it)
 
@@ -39,6 +39,7 @@ class RandomApplyAug(_Container):
     native = True
 
     def __init__(self, aug, prob):
+        check_probability("RandomApplyAug", prob)
         self._init(locals())
         super().__init__()
 

@@ -9,7 +9,7 @@ import logging
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import ImageAugmentor, check_positive_size, shape2d
+from .base import ImageAugmentor, check_positive_size, check_probability, shape2d
 from .transform import FlipTransform, NoOpTransform, ResizeTransform, TransposeTransform
 
 __all__ = ["Flip", "Resize", "ResizeShortestEdge", "RandomResize", "Transpose"]
@@ -29,6 +29,7 @@ class Flip(ImageAugmentor):
             raise ValueError("Cannot do both horiz and vert. Please use two Flip instead.")
         if not horiz and not vert:
             raise ValueError("At least one of horiz or vert has to be True!")
+        check_probability("Flip", prob)
         self._init(locals())
 
     def get_transform(self, img):
