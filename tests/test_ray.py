@@ -178,6 +178,44 @@ def test_a_killed_driver_leaves_no_ray_process_and_no_files():
     assert ray_reaper.instance_pids(temp_dir) == []
 
 
+_FORKS_A_CHILD = """
+import os, sys, time
+import dataflow as D
+df = D.RayMapData(D.DataFromList([[i] for i in range(4)], shuffle=False), 1, lambda dp: dp)
+df.reset_state()
+assert len(list(df)) == 4
+child = os.fork()
+if child == 0:                      # a forked process (a worker, say) that outlives the driver
+    sys.stdin.read()
+    os._exit(0)
+print(child, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_does_not_hold_the_drivers_exit():
+    # the child inherited the write end of the reaper's pipe: the reaper saw no end of file
+    # and the driver's exit waited 10 s for it
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.Popen([sys.executable, "-c", _FORKS_A_CHILD], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = None
+    try:
+        child = int(driver.stdout.readline())
+        t0 = time.monotonic()
+        assert driver.wait(60) == 0
+        assert time.monotonic() - t0 < 8, "the driver's exit waited for its reaper"
+    finally:
+        driver.kill()
+        driver.wait()
+        driver.stdin.close()            # the child reads the same stdin: it ends now
+        driver.stdout.close()
+        if child:
+            wait_until(lambda: not os.path.exists(f"/proc/{child}"), seconds=10)
+
+
 _PRIVATE_INSTANCE = """
 import os, socket, subprocess, sys
 import psutil, ray                      # imported before dataflow starts the instance

@@ -29,6 +29,25 @@ MARK = "DATAFLOW_RAY_INSTANCE"
 # Seconds a process has to end on SIGTERM before it gets SIGKILL.
 GRACE = 2.0
 
+# The write ends of the reapers' pipes. A child forked by the driver (a worker process, say)
+# would hold one open, so that the reaper would not see the end of file while it lives: the
+# driver's exit waited for it. In a forked child they are pointed at /dev/null.
+_write_ends = set()
+
+
+def _release_in_child():
+    if not _write_ends:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in _write_ends:
+        os.dup2(null, fd)
+    os.close(null)
+    _write_ends.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_in_child)
+
 
 def start(temp_dir):
     """Start the reaper of the instance whose files go to ``temp_dir``, and mark this process's
@@ -41,12 +60,14 @@ def start(temp_dir):
                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     os.environ[MARK] = temp_dir
+    _write_ends.add(reaper.stdin.fileno())
     return reaper
 
 
 def stop(reaper, timeout=10.0):
     """Tell the reaper that the instance is over (it has been shut down) and wait for it to
     end."""
+    _write_ends.discard(reaper.stdin.fileno())
     reaper.stdin.close()
     try:
         reaper.wait(timeout)
