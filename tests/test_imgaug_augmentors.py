@@ -669,3 +669,27 @@ def test_probabilities_and_ranges_are_checked_when_built(make, match):
     # Flip(prob=2) always flipped; a scalar range failed at the first image
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: imgaug.RandomCropRandomShape(8, 5, 4, 10), "RandomCropRandomShape: wmin must be <= "
+     "wmax, got wmin=8, wmax=4"),
+    (lambda: imgaug.RandomCropRandomShape(4, 9, 10, 5), "hmin must be <= hmax, got hmin=9, hmax=5"),
+    (lambda: imgaug.RandomCutout((8, 4), 3), r"RandomCutout: h_range\[0\] must be < h_range\[1\], "
+     r"got h_range\[0\]=8, h_range\[1\]=4"),
+    (lambda: imgaug.RandomCutout(3, (4, 4)), r"w_range\[0\]=4, w_range\[1\]=4 \(a size is drawn"),
+])
+def test_empty_size_ranges_are_refused_when_built(make, match):
+    # they failed at the first image inside numpy's randint ("low >= high")
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_equal_size_bounds_still_mean_a_fixed_size():
+    # RandomCropRandomShape includes both ends (tensorpack: randint(min, max + 1)); a max of
+    # None (or 0, tensorpack's ``max or size``) is the image's size, not checked when built
+    img = image(20, 30)
+    assert imgaug.RandomCropRandomShape(7, 6, 7, 6).augment(img).shape[:2] == (6, 7)
+    assert imgaug.RandomCropRandomShape(25, 15, 0, None).augment(img).shape[1] >= 25
+    out = imgaug.RandomCutout((3, 4), 5, fill=1).augment(np.zeros((20, 30), np.float32))
+    assert out.sum() == 15

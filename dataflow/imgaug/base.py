@@ -423,6 +423,15 @@ def check_range(who, name, value):
         raise ValueError(f"{who}: {name} must be a pair (low, high), got {value!r}")
 
 
+def check_order(who, low_name, low, high_name, high, strict, hint=""):
+    """``ValueError`` unless ``low < high`` (``strict``) or ``low <= high``: a range that holds
+    no value failed at the first image inside numpy's ``randint`` ("low >= high")."""
+    if low < high if strict else low <= high:
+        return
+    raise ValueError(f"{who}: {low_name} must be {'<' if strict else '<='} {high_name}, got "
+                     f"{low_name}={low!r}, {high_name}={high!r}{hint}")
+
+
 def check_positive_size(who, name, sizes, given):
     """``ValueError`` unless every one of ``sizes`` is > 0 (a size of 0 or less made an empty
     image, or failed later inside OpenCV)."""

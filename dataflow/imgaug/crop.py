@@ -4,8 +4,8 @@ rather than cropping, and leaves coordinates unchanged)."""
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, check_positive_size,
-                   randint, shape2d)
+from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, check_order,
+                   check_positive_size, randint, shape2d)
 from .misc import _shortest_edge_size
 from .transform import CropTransform, ResizeTransform, TransformList
 
@@ -69,6 +69,12 @@ class RandomCropRandomShape(ImageAugmentor):
 
     def __init__(self, wmin, hmin, wmax=None, hmax=None, max_aspect_ratio=None):
         super().__init__()
+        # both ends are included, so wmin == wmax is a fixed width; a max of None (or 0, as
+        # tensorpack's ``wmax or W``) is the image's size, known only at the image
+        if wmax:
+            check_order("RandomCropRandomShape", "wmin", wmin, "wmax", wmax, strict=False)
+        if hmax:
+            check_order("RandomCropRandomShape", "hmin", hmin, "hmax", hmax, strict=False)
         self._init(locals())
 
     def get_transform(self, img):
@@ -131,6 +137,11 @@ class RandomCutout(PhotometricAugmentor):
 
     def __init__(self, h_range, w_range, fill=0.):
         super().__init__()
+        for _name, _r in (("h_range", h_range), ("w_range", w_range)):   # _: not attributes
+            if isinstance(_r, (tuple, list, np.ndarray)) and np.shape(_r) == (2,):
+                check_order("RandomCutout", f"{_name}[0]", _r[0], f"{_name}[1]", _r[1],
+                            strict=True,
+                            hint=" (a size is drawn from [low, high); an int is a fixed size)")
         self._init(locals())
 
     def _get_augment_params(self, img):
