@@ -438,6 +438,25 @@ def test_colorspace_and_grayscale_equal_cv2():
         imgaug.Grayscale(keepdims=False, keepshape=True)
 
 
+def test_colorspace_and_grayscale_name_an_image_they_cannot_convert():
+    # OpenCV's own cv2.error came out before ("'scn' is 1", "'depth' is 7 (CV_16F)")
+    for img in (np.zeros((6, 8), np.uint8), np.zeros((6, 8, 1), np.float32),
+                np.zeros((6, 8), np.float16)):
+        with pytest.raises(ValueError, match=r"Grayscale: got an image of shape \(6, 8(, 1)?\), "
+                           rf"dtype {img.dtype}; it needs 3 or 4 channels"):
+            imgaug.Grayscale().augment(img)
+    with pytest.raises(ValueError, match=r"ColorSpace: got an image of shape \(6, 8\), dtype "
+                       r"uint8; cv2.cvtColor mode 40 cannot convert it \(OpenCV: "):
+        imgaug.ColorSpace(cv2.COLOR_BGR2HSV).augment(np.zeros((6, 8), np.uint8))
+    # float16, an image dtype like float64: converted in float32, given back in its dtype
+    img = image()
+    for aug in (imgaug.Grayscale(), imgaug.Grayscale(keepshape=True),
+                imgaug.ColorSpace(cv2.COLOR_BGR2HSV)):
+        out = aug.augment(img.astype(np.float16))
+        assert out.dtype == np.float16
+        np.testing.assert_allclose(out, aug.augment(img.astype(np.float32)), rtol=1e-3)
+
+
 def test_to_uint8_and_to_float32():
     f = np.array([[-3.0, 0.4, 254.9, 300.0]], np.float32)
     np.testing.assert_array_equal(imgaug.ToUint8().augment(f), [[0, 0, 254, 255]])

@@ -12,20 +12,31 @@ __all__ = ["ColorSpace", "Grayscale", "ToUint8", "ToFloat32"]
 
 class ColorSpace(PhotometricAugmentor):
     """``cv2.cvtColor(img, mode)``; with ``keepdims`` a result that lost its channel axis
-    gets it back (``(H, W, 1)``). OpenCV converts uint8 and float32 images: a float64 one is
-    converted in float32 and given back as float64 (0.11 failed on it)."""
+    gets it back (``(H, W, 1)``). OpenCV converts uint8 and float32 images: a float16 or
+    float64 one is converted in float32 and given back in its dtype (0.11 failed on them). An
+    image the mode cannot convert (a 2-D one for ``COLOR_BGR2GRAY``) raises ``ValueError``
+    naming its shape and dtype (0.11: OpenCV's own error)."""
 
     native = True
+    _expects = None     # what the image must be, for that error; None: OpenCV's reason only
 
     def __init__(self, mode, keepdims=True):
         super().__init__()
         self._init(locals())
 
     def _augment(self, img, _):
-        if img.dtype == np.float64:
-            out = cv2().cvtColor(img.astype(np.float32), self.mode).astype(np.float64)
-        else:
-            out = cv2().cvtColor(cv_input(img), self.mode)
+        c = cv2()
+        try:
+            if img.dtype.kind == "f" and img.dtype != np.float32:
+                out = c.cvtColor(img.astype(np.float32), self.mode).astype(img.dtype)
+            else:
+                out = c.cvtColor(cv_input(img), self.mode)
+        except c.error as e:
+            reason = " ".join((getattr(e, "err", None) or str(e)).replace(">", " ").split())
+            needs = f"it needs {self._expects}" if self._expects else \
+                f"cv2.cvtColor mode {self.mode} cannot convert it"
+            raise ValueError(f"{type(self).__name__}: got an image of shape {img.shape}, dtype "
+                             f"{img.dtype}; {needs} (OpenCV: {reason})") from None
         if self.keepdims and out.ndim != img.ndim and out.ndim == 2:
             out = out[:, :, np.newaxis]
         return out
@@ -36,6 +47,7 @@ class Grayscale(ColorSpace):
     ``keepshape`` (which needs ``keepdims``) repeats the grey channel to 3 channels."""
 
     native = True
+    _expects = "3 or 4 channels, (H, W, 3) BGR (RGB with rgb=True) or (H, W, 4)"
 
     def __init__(self, keepdims=True, rgb=False, keepshape=False):
         if keepshape and not keepdims:
