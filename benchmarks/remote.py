@@ -11,7 +11,9 @@ The receiver measures:
 
 * startup: from the launch of the sender process to the first datapoint at the receiver
   (interpreter start, imports, connecting, the first frame);
-* throughput: datapoints/s and GB/s over ``n`` datapoints, after 200 warm-up datapoints;
+* throughput: datapoints/s and GB/s over ``n`` datapoints, after 200 warm-up datapoints; the
+  receiver reads one byte of every 4 KiB page of every array it receives (``workloads.consume``,
+  as the harness's consumer does: lazily mapped memory is paid for);
 * teardown: closing the receiver's iteration (sockets, context), and ending the sender
   (SIGTERM until reaped, measured by this process).
 
@@ -69,6 +71,7 @@ df = DataFromList([[rs.randint(0, 256, {size}, dtype=np.uint8)] for _ in range(6
 
 RECEIVER = """
 import json, sys, time
+from benchmarks.workloads import consume
 {imports}
 df = {make}
 print("ready", flush=True)
@@ -78,11 +81,11 @@ it = iter(df)
 next(it)
 t_first = time.time()
 for _ in range({warmup}):
-    next(it)
+    consume(next(it))
 n = {n}
 t0 = time.perf_counter()
 for _ in range(n):
-    dp = next(it)
+    consume(next(it))
 dt = time.perf_counter() - t0
 t1 = time.perf_counter()
 it.close()
@@ -130,7 +133,7 @@ def _scripts(system, addr, n, tunables=""):
                     sock.bind(self.addr)
                     try:
                         while True:
-                            yield sock.recv(copy=False)
+                            yield sock.recv(copy=False).buffer
                     finally:
                         ctx.destroy(linger=0)
         """)
