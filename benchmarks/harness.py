@@ -18,7 +18,7 @@ import time
 
 from . import report
 from .server import ROOT, Server, ServerDied
-from .systems import FAMILIES, SYSTEMS, applies, description, workers_of
+from .systems import BATCHING, FAMILIES, SYSTEMS, applies, description, workers_of
 
 # Workload labels, without importing numpy here (workloads.py does). Ids: ints 1-5, then strings.
 WORKLOAD_LABELS = {1: "tiny (identity)", 2: "150 KB image", 3: "4 MiB array",
@@ -35,18 +35,16 @@ DEFAULT_WORKLOADS = "1,2,3,4,5,img"
 # strict MultiProcessMapDataZMQ hangs at a pass boundary. (The harness passes the count to each run.)
 # For "img" the count is of images after the first batch, a multiple of the batch size (32).
 # fbresnet: the 480 images of its one pass after the first batch (quick: 64). The LMDB workloads
-# read one pass of a file of COUNTS + LMDB_SPARE records (written once per harness run). lmdb
-# reads 20,000 records (a 3 GB file): 6,000 made windows of 0.1-0.25 s for the fastest systems,
-# and paired runs of one system then ranged over 2-3x on the shared 2-core VM.
+# read their files (LMDB_RECORDS records, the reference's sizes) over and over: lmdb 30,000
+# records, lmdb-tiny 120,000, about 0.6 s for the fastest systems (6,000 made windows of
+# 0.1-0.25 s, and paired runs of one system then ranged over 2-3x on the shared 2-core VM).
 COUNTS = {1: (30000, 3000), 2: (9000, 1200), 3: (600, 80), 4: (2000, 250), 5: (2000, 250),
-          "img": (1024, 128), "fbresnet": (480, 64), "lmdb": (20000, 500),
-          "lmdb-tiny": (60000, 5000)}
-# The first item (up to a batch of 32) and a margin, plus the buffer of tensorpack's strict
-# process mapper (200): once it has sent a pass's last datapoint it drains its buffer, and there
-# it hangs now and then (every process waiting in recv; about 1 run in 10 on lmdb in --quick
-# before this margin), so no run reaches that point.
-LMDB_SPARE = 64 + 200
-PREPARE_TIMEOUT = 300.0  # writing the data of the run (~3 GB of LMDB in a full run)
+          "img": (1024, 128), "fbresnet": (480, 64), "lmdb": (30000, 500),
+          "lmdb-tiny": (120000, 5000)}
+# Records in the LMDB files (shared/benchmark-workloads.md: 4,000 of ~150 KB, 200,000 tiny;
+# 0.6 GB and 29 MB, written in about 3 s).
+LMDB_RECORDS = {"lmdb": 4000, "lmdb-tiny": 200000}
+PREPARE_TIMEOUT = 300.0  # writing the data of the run
 
 # The measured window also ends after this many seconds (full, quick): the slowest peers (SPDL on
 # the tiny workloads, ~1,000 dp/s) would otherwise take half a minute per run. Throughput is
@@ -59,8 +57,9 @@ MAX_MEASURE_S = (3.0, 0.4)
 # Workloads in ONE_PASS never go past their count (one pass over a fixed source).
 MIN_MEASURE_S = (0.5, 0.0)
 # The workloads whose measured window stays within the count: their source is one pass
-# (fbresnet's 512 images, the LMDB files' COUNTS + LMDB_SPARE records) and tensorpack's strict
-# process mapper may hang at a pass boundary (see LMDB_SPARE). The others may read up to
+# (fbresnet's 512 images; the LMDB workloads' record indices, the count and a margin, see
+# workloads.LMDB_MARGIN) and tensorpack's strict process mapper may hang at a pass boundary. The
+# others may read up to
 # EXTEND_LIMIT times their count to fill MIN_MEASURE_S (the sources cycle pass after pass).
 ONE_PASS = ("fbresnet", "lmdb", "lmdb-tiny")
 EXTEND_LIMIT = 64
@@ -240,9 +239,7 @@ def prepared_data(args):
     the fork servers load them instead of each encoding them) into a temporary directory, named
     to the fork servers by $DATAFLOW_BENCH_DATA_DIR; yields notes for the report. The directory
     is removed on the way out, error or not."""
-    q = 1 if args.quick else 0
-    items = ["%s=%d" % (w, COUNTS[w][q] + LMDB_SPARE) for w in args.workloads
-             if w in LMDB_WORKLOADS]
+    items = ["%s=%d" % (w, LMDB_RECORDS[w]) for w in args.workloads if w in LMDB_WORKLOADS]
     if "fbresnet" in args.workloads:
         items.append("fbresnet")
     if not items:
@@ -395,7 +392,10 @@ def _main(args, previous_pins, data_notes):
         print(report.ranking_markdown(rankings[n], WORKLOAD_LABELS))
     print("\nCells: #place, the library's fastest system (median datapoints/s). 'best dataflow ÷ "
           "best peer' is repeat by repeat, median (min–max); goal: ≥ 1 on every workload, "
-          "≥ 1.2 on img and fbresnet (issue 19).")
+          "≥ 1.2 on img and fbresnet (issue 19). Systems that batch in their workers (%s) "
+          "deliver batches where the others deliver datapoints: they are left out of the ranking "
+          "(and the scaling table) and paired with each other in the table above."
+          % ", ".join(BATCHING))
     scale = None
     if len(args.workers) > 1:
         scale = report.scaling(runs, args.workloads, systems, args.workers)

@@ -145,15 +145,11 @@ def _open(workload, system, source):
         df = tp.BatchData(mapped, BATCH)
         df.reset_state()
         return iter(df), None, system.split("-")[1]
-    from .workloads import IMG_CROP, IMG_MEAN, IMG_STD, img_pipeline_numpy
+    from .workloads import img_ops, img_pipeline_numpy
     if family == "dataflow":
         import dataflow as m
-        o = m.ops
-        ops = [o.Decode(index=0), o.RandomCrop(IMG_CROP, index=0),
-               o.RandomHorizontalFlip(index=0), o.Normalize(IMG_MEAN, IMG_STD, index=0),
-               o.HWC2CHW(index=0)]
-        mapped = m.MapData(m.DataFromList(source, shuffle=False), ops, num_parallel_workers=2,
-                           python_multiprocessing=True)
+        mapped = m.MapData(m.DataFromList(source, shuffle=False), img_ops(m),
+                           num_parallel_workers=2, python_multiprocessing=True)
         df = m.BatchData(mapped, BATCH)
         df.reset_state()
         return _batches_of_passes(df), mapped, mapped.executor

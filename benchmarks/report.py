@@ -1,7 +1,7 @@
 """Summaries, pair-by-pair ratios, the Markdown table and the PNG chart (harness side, no numpy)."""
 import statistics
 
-from .systems import SYSTEMS, applies
+from .systems import BATCHING, SYSTEMS, applies
 
 SERIAL = "dataflow-serial"
 TABLE = "dataflow-table"
@@ -278,7 +278,7 @@ def ranking(runs, workloads, systems):
         best = {}
         for fam in families:
             cands = [(_median_tp(runs, w, s), s) for s in systems
-                     if SYSTEMS[s][0] == fam and applies(s, w)]
+                     if SYSTEMS[s][0] == fam and applies(s, w) and s not in BATCHING]
             cands = [c for c in cands if c[0] is not None]
             if cands:
                 tp, s = max(cands)
@@ -349,7 +349,8 @@ def scaling(runs, workloads, systems, worker_counts):
             for n in worker_counts:
                 at = [r for r in runs if r.get("workers") == n]
                 cands = [(_median_tp(at, w, s), s) for s in systems
-                         if SYSTEMS[s][0] == fam and not is_serial(s) and applies(s, w)]
+                         if SYSTEMS[s][0] == fam and not is_serial(s) and applies(s, w)
+                         and s not in BATCHING]
                 cands = [c for c in cands if c[0] is not None]
                 if not cands:
                     continue

@@ -29,6 +29,10 @@ SYSTEMS = {
     "dataflow-processes-auto": ("dataflow", "processes-auto", None,
                                 "dataflow.MultiProcessMapData(ds, num_proc=\"auto\", map_func=f, "
                                 "buffer_size=200, strict=True): autotuned workers"),
+    "dataflow-batch32": ("dataflow", "batch32", None,
+                         "dataflow.MultiProcessMapAndBatchData(ds, num_proc={w}, map_func=f, "
+                         "batch_size=32): mapped and batched in its workers; the consumer reads "
+                         "the batches"),
     "tensorpack-serial": ("tensorpack", "serial", "dataflow-serial",
                           "tensorpack MapData(RepeatedData(ds, -1), f)"),
     "tensorpack-threads": ("tensorpack", "threads", "dataflow-threads",
@@ -38,7 +42,7 @@ SYSTEMS = {
                              "strict=True)"),
     "torch": ("torch", "processes", "dataflow-processes",
               "torch DataLoader(MapStyleDataset, num_workers={w}, batch_size=None)"),
-    "torch-batch32": ("torch", "processes", "dataflow-processes",
+    "torch-batch32": ("torch", "processes", "dataflow-batch32",
                       "torch DataLoader(MapStyleDataset, num_workers={w}, batch_size=32): "
                       "collated in its workers; the consumer reads the batches"),
     "torch-serial": ("torch", "serial", "dataflow-serial",
@@ -60,27 +64,32 @@ LMDB = ("lmdb", "lmdb-tiny")
 ONLY_FOR = {"dataflow-table": BATCHED,
             # autotuning against the fixed counts: the workloads whose work is in the workers
             "dataflow-processes-1": (4, 5), "dataflow-processes-auto": (4, 5)}
-# Systems that skip some workloads: torch's per-sample loader already batches 32 in the loader
-# on the batched workloads, so torch-batch32 would be the same system there.
-NOT_FOR = {"torch-batch32": BATCHED}
+# Systems that batch 32 datapoints in their workers: the consumer reads batches, where every other
+# system of workloads 1-5 and lmdb-tiny delivers datapoints, so the ranking leaves them out; the
+# table pairs them with each other. They skip the batched workloads, where torch's per-sample
+# loader already batches 32 in the loader (torch-batch32 would be the same system there), and
+# lmdb, whose records (JPEG-sized arrays of different lengths) stack into no batch array.
+BATCHING = ("dataflow-batch32", "torch-batch32")
+NOT_FOR = {s: BATCHED + ("lmdb",) for s in BATCHING}
 
-# What each system runs in workload "img" (ops = Decode, RandomCrop(224), RandomHorizontalFlip,
-# Normalize, HWC2CHW, all with index=0; g = the same in plain numpy/Pillow, workloads.py).
+# What each system runs in workload "img" (ops = workloads.img_ops: Decode, RandomCrop(224),
+# RandomHorizontalFlip, Normalize, HWC2CHW, all with index=0; h = workloads.img_pipeline_ops, a
+# Python function calling Compose(ops): the same map function in every library).
 IMG_DESCRIPTIONS = {
     "dataflow-serial": "BatchData(MapData(ds, ops), 32)",
     "dataflow-threads": "BatchData(MapData(ds, ops, num_parallel_workers={w}, "
                         "python_multiprocessing=False), 32)",
-    "dataflow-processes": "BatchData(MultiProcessMapData(ds, {w}, <Python function calling "
-                          "Compose(ops)>, strict=True, ordered=True), 32)",
+    "dataflow-processes": "BatchData(MultiProcessMapData(ds, {w}, h, strict=True, "
+                          "ordered=True), 32)",
     "dataflow-table": "BatchData(MapData(ds, ops, num_parallel_workers={w}, "
                       "python_multiprocessing=True), 32)",
-    "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), g), 32)",
-    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, {w}, g, buffer_size=200, "
+    "tensorpack-serial": "BatchData(MapData(RepeatedData(ds, -1), h), 32)",
+    "tensorpack-threads": "BatchData(MultiThreadMapData(ds, {w}, h, buffer_size=200, "
                           "strict=True), 32)",
-    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, {w}, g, buffer_size=200, "
+    "tensorpack-processes": "BatchData(MultiProcessMapDataZMQ(ds, {w}, h, buffer_size=200, "
                             "strict=True), 32)",
-    "torch": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers={w}): batched in the loader",
-    "torch-serial": "DataLoader(MapStyleDataset(g), batch_size=32, num_workers=0)",
+    "torch": "DataLoader(MapStyleDataset(h), batch_size=32, num_workers={w}): batched in the loader",
+    "torch-serial": "DataLoader(MapStyleDataset(h), batch_size=32, num_workers=0)",
 }
 # ... in workload "fbresnet" (f = workloads.map_fbresnet: cv2.imdecode BGR, then dataflow's
 # AugmentorList(fbresnet_augmentor), the same function in every system).
@@ -153,6 +162,7 @@ _DATAFLOW_NEEDS = {
     "dataflow-processes": ("DataFromList", "MultiProcessMapData"),
     "dataflow-processes-1": ("DataFromList", "MultiProcessMapData"),
     "dataflow-processes-auto": ("DataFromList", "MultiProcessMapData", "stats"),
+    "dataflow-batch32": ("DataFromList", "MultiProcessMapAndBatchData"),
     "dataflow-table": ("DataFromList", "MapData", "BatchData", "ops"),
 }
 # ... and what workload "img" needs on top (the built-in ops; MapData with workers).
@@ -392,14 +402,19 @@ def open_stream(family, system, workload, source, passes, workers=2):
     if family.name == "dataflow":
         m = family.mods["df"]
         ds = m.DataFromList(source, shuffle=False)
+        per_item = None
         if kind == "serial":
             df = m.MapData(ds, f)
         elif kind == "threads":
             df = m.MultiThreadMapData(ds, num_thread=w, map_func=f, buffer_size=200, strict=True)
+        elif kind == "batch32":
+            per_item = 32
+            df = m.MultiProcessMapAndBatchData(ds, num_proc=w, map_func=f, batch_size=per_item)
         else:
             df = m.MultiProcessMapData(ds, num_proc=w, map_func=f, buffer_size=200, strict=True)
         df.reset_state()
-        return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)))
+        return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)),
+                      per_item=per_item)
     if family.name == "tensorpack":
         tp = family.mods["tp"]
         ds = tp.DataFromList(source, shuffle=False)
@@ -435,23 +450,7 @@ def _open_lmdb_serializer(family, workload):
     return Stream(df, _passes(df), has_close=callable(getattr(df, "close", None)))
 
 
-# ---------------------------------------------------------------------------- workload "img"
-def _dataflow_img_ops(m):
-    from .workloads import IMG_CROP, IMG_MEAN, IMG_STD
-    o = m.ops
-    return [o.Decode(index=0), o.RandomCrop(IMG_CROP, index=0), o.RandomHorizontalFlip(index=0),
-            o.Normalize(IMG_MEAN, IMG_STD, index=0), o.HWC2CHW(index=0)]
-
-
-def _python_op(chain):
-    """``chain`` inside a plain Python function: the run-in-thread table sees a Python op (not
-    native), so MultiProcessMapData keeps its processes. A closure, so that cloudpickle ships it
-    by value if the workers are not forked."""
-    def img_chain(dp):
-        return chain(dp)
-    return img_chain
-
-
+# ------------------------------------------------------------- workloads "img" and "fbresnet"
 def _open_fbresnet_dataflow(m, kind, workload, source, w):
     """dataflow's systems of workload "fbresnet": the plain mappers over the map function, or
     the run-in-thread table over the native decode and the augmentors as ops; then BatchData."""
@@ -483,8 +482,9 @@ def _open_img_stream(family, system, kind, workload, source, passes, w):
         return _open_fbresnet_dataflow(family.mods["df"], kind, workload, source, w)
     if family.name == "dataflow":
         m = family.mods["df"]
+        from .workloads import img_ops
         ds = m.DataFromList(source, shuffle=False)
-        ops = _dataflow_img_ops(m)
+        ops = img_ops(m)
         if kind == "serial":
             mapped = m.MapData(ds, ops)
             want = "serial"
@@ -492,8 +492,7 @@ def _open_img_stream(family, system, kind, workload, source, passes, w):
             mapped = m.MapData(ds, ops, num_parallel_workers=w, python_multiprocessing=False)
             want = "thread"
         elif kind == "processes":
-            mapped = m.MultiProcessMapData(ds, w, _python_op(m.ops.Compose(ops)), strict=True,
-                                           ordered=True)
+            mapped = m.MultiProcessMapData(ds, w, workload.func, strict=True, ordered=True)
             want = "process"
         else:    # "table": what the run-in-thread table picks when processes are allowed
             mapped = m.MapData(ds, ops, num_parallel_workers=w, python_multiprocessing=True)

@@ -68,7 +68,9 @@ def measure(family, cmd):
     wl = WORKLOADS[cmd["workload"]]
     count = int(cmd["count"])
     limit = max(count, int(cmd.get("limit") or count))
-    source = wl.source()
+    source = wl.make_source(limit + MAX_PER_ITEM)
+    if wl.warm is not None:
+        wl.warm()
     # enough passes for the limit and a first item of up to MAX_PER_ITEM datapoints
     passes = max(1, math.ceil((limit + MAX_PER_ITEM) / len(source)))
     gc.collect()

@@ -24,16 +24,19 @@ def data_dir(tmp_path, monkeypatch):
 def test_lmdb_reader_returns_the_records_written(data_dir, wid, n):
     workloads.write_lmdb(str(data_dir), wid, n)
     wl = workloads.WORKLOADS[wid]
-    source = wl.source()
-    assert source == [[k] for k in range(n)]
+    # the source cycles through the file's records, past the run's reads by the margin
+    source = wl.make_source(2 * n)
+    assert source == [[k % n] for k in range(2 * n + workloads.LMDB_MARGIN)]
+    wl.warm()
     for (k,), want in zip(source, workloads.lmdb_datapoints(wid, n)):
         got = wl.func([k])
         assert wl.check(got)
-        assert got[0] == want[0]                     # the bytes, or the int
+        np.testing.assert_array_equal(got[0], want[0])     # the uint8 array, or the int
         np.testing.assert_array_equal(got[1], want[1])
-    # the consumer reads the byte strings' pages too, and counts their bytes
+    # the consumer reads the arrays' pages, and counts their bytes
     big = workloads.read_lmdb([0]) if wid == "lmdb" else None
     if big is not None:
+        assert big[0].dtype == np.uint8 and big[0].ndim == 1
         assert workloads.consume(big) == len(big[0])
         assert workloads.consume((tuple(big[:1]), np.arange(1))) == len(big[0]) + 8
 
@@ -64,8 +67,7 @@ def test_prepared_data_is_written_then_removed(monkeypatch, no_leaks):
         d = os.environ[workloads.DATA_DIR_ENV]
         assert os.path.exists(os.path.join(d, "lmdb-tiny.mdb")), notes
         assert os.environ["TENSORPACK_SERIALIZE"] == "msgpack"
-        assert len(workloads.lmdb_source("lmdb-tiny")) == \
-            harness.COUNTS["lmdb-tiny"][1] + harness.LMDB_SPARE
+        assert workloads.lmdb_records("lmdb-tiny") == harness.LMDB_RECORDS["lmdb-tiny"]
     assert not os.path.exists(d)
     assert workloads.DATA_DIR_ENV not in os.environ
     assert "TENSORPACK_SERIALIZE" not in os.environ
@@ -102,8 +104,11 @@ def test_every_family_runs_the_new_workloads():
         assert harness.COUNTS[w][1] < harness.COUNTS[w][0]
     assert systems.applies("dataflow-table", "fbresnet")
     assert not systems.applies("dataflow-table", "lmdb")
-    assert not systems.applies("torch-batch32", "fbresnet")
-    assert systems.applies("torch-batch32", "lmdb")
+    for batching in systems.BATCHING:      # batches of 32 where stacking makes one array
+        assert not systems.applies(batching, "fbresnet")
+        assert not systems.applies(batching, "lmdb")
+        assert systems.applies(batching, "lmdb-tiny") and systems.applies(batching, 1)
+    assert systems.SYSTEMS["torch-batch32"][2] == "dataflow-batch32"
     assert "LMDBSerializer.load" in systems.description("dataflow-serial", "lmdb")
     assert "read_lmdb_tiny" in systems.description("grain-serial", "lmdb-tiny")
     # torch's collate keeps a batch's byte strings in a tuple
@@ -147,3 +152,33 @@ def test_systems_run_in_alternating_directions_repeat_by_repeat():
         for prev, cur in zip(runs, runs[1:]):
             before.setdefault(cur, set()).add(prev)
         assert all(len(p) > 1 for p in before.values()), before
+
+
+def test_img_map_functions_make_the_same_batch_items():
+    """Workload img's map function (dataflow's ops, the same in every library) and the
+    numpy/Pillow one of benchmarks.images give float32 CHW crops of the same image, normalised
+    the same way: with the crop at the corner and no flip, equal up to the decoders' rounding."""
+    from PIL import Image
+    import io
+    dp = workloads.jpeg_source()[0]
+    a, label = workloads.img_pipeline_ops(list(dp))
+    assert a.shape == (3, 224, 224) and a.dtype == np.float32 and label == dp[1]
+    assert workloads._img_ops[os.getpid()] is workloads._img_ops.get(os.getpid())
+    state = np.random.get_state()
+    try:
+        # randint(0, 33) twice, then random_sample(): crop at (top, left), flip if < 0.5
+        np.random.seed(0)
+        top, left, flip = np.random.randint(0, 33), np.random.randint(0, 97), \
+            np.random.random_sample() < 0.5
+        np.random.seed(0)
+        b, _ = workloads.img_pipeline_numpy(list(dp))
+    finally:
+        np.random.set_state(state)
+    x = np.asarray(Image.open(io.BytesIO(dp[0])).convert("RGB"), np.float32)
+    x = x[top:top + 224, left:left + 224]
+    if flip:
+        x = x[:, ::-1]
+    want = ((x - np.float32(workloads.IMG_MEAN)) / np.float32(workloads.IMG_STD)).transpose(2, 0, 1)
+    assert b.shape == (3, 224, 224) and b.dtype == np.float32 and b.flags.c_contiguous
+    np.testing.assert_allclose(b, want, rtol=1e-6, atol=1e-6)
+    assert workloads._check_img_batch([np.stack([a, b] * 16), np.arange(32)])
