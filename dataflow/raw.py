@@ -1,7 +1,7 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -140,6 +140,27 @@ class DataFromQueue(DataFlow):
     _resume = None
 
 
+def _check_sequence(lst):
+    """``TypeError`` unless ``lst`` has a length and its datapoints at the indices ``0 ..
+    len - 1`` (a set or a dict of other keys failed only at the first pass)."""
+    try:
+        n = len(lst)
+        ok = hasattr(type(lst), "__getitem__")
+    except TypeError:           # no len(): a generator, an iterator, a 0-d numpy array
+        ok = False
+    if not ok:
+        raise TypeError(f"DataFromList: lst must be a sequence supporting len() and indexing "
+                        f"(a list, tuple, numpy array, ...), got a {type(lst).__name__}; pass "
+                        f"list(...) of it (DataFromGenerator takes a generator)")
+    if isinstance(lst, Mapping):      # indexed by position: the keys must be 0 .. n - 1
+        missing = next((k for k in range(n) if k not in lst), None)
+        if missing is not None:
+            raise TypeError(f"DataFromList: lst must be a sequence (a list, tuple, numpy array, "
+                            f"...), got a {type(lst).__name__} without the key {missing!r} (its "
+                            f"datapoints are read at the indices 0 .. {n - 1}); pass "
+                            f"list(d.values()) or list(d.items())")
+
+
 class DataFromList(_ckpt.PassPosition, RNGDataFlow):
     """The elements of a list (or any sequence) as datapoints.
 
@@ -156,6 +177,7 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
             shuffle (bool): shuffle them at every pass.
         """
         super().__init__()
+        _check_sequence(lst)
         self.lst = lst
         self.shuffle = shuffle
 

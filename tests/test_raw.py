@@ -73,6 +73,30 @@ def test_datafromlist_dict_datapoints():
     assert p == lst
 
 
+@pytest.mark.parametrize("lst, match", [
+    ({"a": 1, "b": 2}, "got a dict without the key 0"),
+    ({3, 4, 5}, "supporting len\\(\\) and indexing .*got a set"),
+    (frozenset([1]), "got a frozenset"),
+    ({"a": 1}.keys(), "got a dict_keys"),
+    ((i for i in range(3)), "got a generator"),
+])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_datafromlist_refuses_what_is_not_a_sequence_when_built(lst, match, shuffle):
+    # these failed only at the first pass (KeyError 0, "'set' object is not subscriptable")
+    with pytest.raises(TypeError, match="DataFromList: lst must be a sequence.*" + match):
+        DataFromList(lst, shuffle=shuffle)
+
+
+def test_datafromlist_takes_any_indexable_sequence():
+    arr = np.arange(6).reshape(3, 2)
+    (p,) = _passes(DataFromList(arr, shuffle=False))
+    assert [a.tolist() for a in p] == arr.tolist()
+    for lst, want in ((range(4), [0, 1, 2, 3]), ("abc", ["a", "b", "c"]),
+                      ({0: "x", 1: "y"}, ["x", "y"])):
+        df = DataFromList(lst, shuffle=True)
+        assert sorted(_passes(df)[0]) == want
+
+
 # ---------------------------------------------------------------- DataFromGenerator
 
 def test_datafromgenerator_function_reiterable():
