@@ -868,7 +868,18 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
         super().__init__()
         if not df_lists:
             raise ValueError("RandomChooseData: df_lists is empty")
-        if isinstance(df_lists[0], (tuple, list)):
+        pairs_given = isinstance(df_lists[0], (tuple, list))
+        for i, e in enumerate(df_lists):
+            is_pair = isinstance(e, (tuple, list))
+            if is_pair != pairs_given or (is_pair and len(e) != 2):
+                what = (f"a {type(e).__name__} of {len(e)} items "
+                        f"({', '.join(type(x).__name__ for x in e)})") if is_pair \
+                    else f"a bare {type(e).__name__}"
+                raise ValueError(
+                    f"RandomChooseData: df_lists must hold only dataflows or only (dataflow, "
+                    f"probability) pairs, as its first entry is "
+                    f"{'a pair' if pairs_given else 'a dataflow'}; entry {i} is {what}")
+        if pairs_given:
             pairs = [(d, float(p)) for d, p in df_lists]
             total = sum(p for _, p in pairs)
             if not np.isclose(total, 1.0) or any(p < 0 for _, p in pairs):

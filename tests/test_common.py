@@ -513,6 +513,20 @@ def test_randomchoosedata_seeded_and_bad_probs():
         RandomChooseData([(Counting(2), 0.5), (Counting(2), 0.6)])
 
 
+@pytest.mark.parametrize("entries, match", [
+    (lambda a, b: [(a, 0.5), b], "first entry is a pair; entry 1 is a bare Counting"),
+    (lambda a, b: [a, (b, 0.5)], r"first entry is a dataflow; entry 1 is a tuple of 2 items "
+     r"\(Counting, float\)"),
+    (lambda a, b: [(a, 0.5), (b, 0.3, 1)], r"entry 1 is a tuple of 3 items"),
+])
+def test_randomchoosedata_refuses_mixed_entries_when_built(entries, match):
+    # "too many values to unpack" when built, or "'tuple' object has no attribute
+    # 'reset_state'" later, before
+    with pytest.raises(ValueError, match="RandomChooseData: df_lists must hold only dataflows "
+                       "or only .*" + match):
+        RandomChooseData(entries(Counting(2), Counting(2)))
+
+
 # ---------------------------------------------------------------- RandomMixData
 
 def test_randommixdata():
