@@ -1292,6 +1292,19 @@ def test_max_restarts_is_checked_at_construction():
                       python_multiprocessing=True, max_restarts=bad)
 
 
+@pytest.mark.parametrize("make, name", [
+    (lambda bad: D.MultiProcessRunnerZMQ(D.DataFromList([[1]]), 1, hwm=bad), "hwm"),
+    (lambda bad: D.PrefetchDataZMQ(D.DataFromList([[1]]), 1, bad), "hwm"),
+    (lambda bad: D.MultiProcessRunner(D.DataFromList([[1]]), bad, 1), "num_prefetch"),
+    (lambda bad: D.MultiThreadRunner(lambda: D.DataFromList([[1]]), bad, 1), "num_prefetch"),
+])
+def test_runner_prefetch_sizes_are_named_as_given(make, name):
+    # these runners have no buffer_size argument, yet the message named it
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"^{name} must be a positive int, got {bad}$"):
+            make(bad)
+
+
 def _identity(dp):
     return dp
 

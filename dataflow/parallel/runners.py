@@ -118,7 +118,7 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
         if not callable(get_df):
             raise TypeError(f"get_df must be a callable returning a DataFlow, got {get_df!r}")
         self.get_df = get_df
-        self.num_prefetch = num_prefetch
+        self.num_prefetch = check_int("num_prefetch", num_prefetch, 1)    # not "buffer_size"
         self.num_thread = num_thread
         self._model = None         # one dataflow of get_df(), for len() and the fingerprint
         super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
@@ -276,6 +276,8 @@ class MultiProcessRunnerZMQ(MultiProcessRunner):
 
     def __init__(self, ds, num_proc=1, hwm=50, *, start_method=None, max_restarts=0,
                  timeout=None):
+        # named here: the base would call it buffer_size, which this class has not
+        check_int("hwm", hwm, 1)
         super().__init__(ds, hwm, num_proc, start_method=start_method,
                          max_restarts=max_restarts, timeout=timeout)
         self.hwm = hwm
