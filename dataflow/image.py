@@ -21,6 +21,7 @@ the same as a parallel map's. Differences from tensorpack 0.11, all fixes:
 import copy as _copy
 import logging
 import os
+import re
 
 import numpy as np
 
@@ -196,6 +197,57 @@ class _AugmentComponents(Op):
         return self.handler.run(self._augment, dp)
 
 
+# in a JPEG's entropy-coded data 0xFF is followed by 0x00 (stuffing) or a restart marker; any
+# other byte after it (fill bytes 0xFF aside) starts the next marker
+_JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_ends_early(data):
+    """Whether the JPEG ``data`` (it starts with SOI) runs out before its end-of-image marker:
+    its segments are walked by their lengths, each scan's data skipped to the next marker. Bytes
+    after the marker (a camera's trailer) are fine; a malformed structure is the decoder's
+    business, not a truncation."""
+    n, pos = len(data), 2
+    while True:
+        while pos < n and data[pos] == 0xFF and pos + 1 < n and data[pos + 1] == 0xFF:
+            pos += 1                                     # fill bytes before a marker
+        if pos + 2 > n:
+            return True
+        if data[pos] != 0xFF:
+            return False
+        marker = data[pos + 1]
+        pos += 2
+        if marker == 0xD9:                               # EOI
+            return False
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:     # no length
+            continue
+        if pos + 2 > n:
+            return True
+        pos += int.from_bytes(data[pos:pos + 2], "big")
+        if pos > n:
+            return True
+        if marker == 0xDA:                               # SOS: the scan's data follows
+            m = _JPEG_NEXT_MARKER.search(data, pos)
+            if m is None:
+                return True
+            pos = m.start()
+
+
+def _truncated_jpeg(path):
+    """Whether ``path`` is a JPEG file cut short (libjpeg decodes it with a grey or blurred
+    bottom and only a "Premature end of JPEG file" on stderr). A good file costs two 2-byte
+    reads: it ends with the end-of-image marker; only one that does not is walked."""
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\xff\xd8":
+            return False
+        fh.seek(-2, os.SEEK_END)
+        if fh.read(2) == b"\xff\xd9":
+            return False
+        fh.seek(0)
+        data = fh.read()
+    return _jpeg_ends_early(data)
+
+
 class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
     """Produce ``[image]`` for each image file in ``files``.
 
@@ -205,7 +257,8 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
     orientation is applied). ``resize`` (an int or ``(h, w)``) resizes every image with
     ``cv2.resize`` (``INTER_LINEAR``). ``shuffle=True`` visits the files in a new random order
     each pass (needs ``reset_state()``; the caller's list is left as it is). A missing file
-    raises ``FileNotFoundError`` and one OpenCV cannot read ``ValueError``, naming the file.
+    raises ``FileNotFoundError`` and one OpenCV cannot read, or a JPEG file cut short,
+    ``ValueError``, naming the file.
     Needs OpenCV (``pip install "dataflow-rt[images]"``).
     """
 
@@ -241,6 +294,9 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
             if not os.path.isfile(f):
                 raise FileNotFoundError(f"ImageFromFile: no such image file: {f!r}")
             raise ValueError(f"ImageFromFile: OpenCV cannot read {f!r} as an image")
+        if _truncated_jpeg(f):
+            raise ValueError(f"ImageFromFile: {f!r} is a truncated JPEG file (it ends before its "
+                             f"end-of-image marker; OpenCV would give a partly blank image)")
         if self.channel == 3 and rgb is None:
             im = im[:, :, ::-1]
         if self.resize is not None:

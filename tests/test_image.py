@@ -320,6 +320,26 @@ def test_image_from_file_errors(tmp_path):
         list(ImageFromFile([missing], shuffle=True))
 
 
+@pytest.mark.parametrize("progressive", [0, 1])
+def test_image_from_file_refuses_a_truncated_jpeg(tmp_path, progressive):
+    # OpenCV decoded it with a grey (or blurred) bottom, printing only "Premature end of JPEG
+    # file" on stderr: a damaged image, silently
+    img = (np.random.RandomState(0).rand(64, 80, 3) * 255).astype(np.uint8)
+    data = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, progressive])[1].tobytes()
+    good, trailer = tmp_path / "good.jpg", tmp_path / "trailer.jpg"
+    good.write_bytes(data)
+    trailer.write_bytes(data + b"\0" * 64 + data[:200])   # bytes after the end marker: a camera's
+    for f in (good, trailer):
+        (dp,) = collect(ImageFromFile([str(f)]))
+        assert dp[0].shape == (64, 80, 3)
+    for cut in (len(data) // 2, len(data) - 40):
+        bad = tmp_path / f"cut{cut}.jpg"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=rf"ImageFromFile: '.*cut{cut}.jpg' is a truncated "
+                                             "JPEG file"):
+            collect(ImageFromFile([str(bad)]))
+
+
 # -- the Augment op and the run-in-thread table ---------------------------------------------------
 
 def test_augment_op():
