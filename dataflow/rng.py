@@ -100,8 +100,8 @@ class _DatapointLocal(threading.local):
     cached = None
     cached_rs = None
     copy = None              # the runner copy this thread is running (see parallel.threads)
-    bitgen = None            # this thread's PCG64 behind datapoint_random_state()
-    base_state = None        # its state at position 0, for the global seed of _generation
+    bitgens = None           # this thread's PCG64s behind datapoint_random_state() and datapoint_rng()
+    base_states = None       # their states at position 0, for the global seed of _generation
     base_generation = -1
 
     def __init__(self):      # run once in each thread that uses it
@@ -148,6 +148,12 @@ def datapoint_rng():
     ``(epoch, index)``, so with :func:`set_seed` the same datapoint gets the same random draws
     for any number of workers and any executor; repeated calls for one datapoint continue one
     stream. Outside a map it is a per-thread generator from :func:`get_rng`.
+
+    Inside a map the stream is made as :func:`datapoint_random_state`'s (a sub-stream of this
+    thread's PCG64, about 3 µs per datapoint where a generator seeded through ``SeedSequence``
+    took 17), from a base stream of its own, so the two never give the same numbers. Like that
+    one, the returned generator is valid until the next datapoint of this thread: draw from it
+    while mapping this datapoint, do not keep it.
     """
     obj = _local.slot[0]
     key = tuple(obj) if obj.__class__ is list else obj       # a cursor: where it is now
@@ -158,8 +164,7 @@ def datapoint_rng():
     if key is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
-        seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
-        g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+        g = np.random.Generator(_keyed_bitgen(_GENERATOR, key))
     _local.cached = (obj, key, g, _generation)
     return g
 
@@ -203,7 +208,10 @@ def datapoint_random_state():
     return rs
 
 
-_RANDOM_STATE_STREAM = 1 << 40    # spawn key of the base stream: distinct from every other use
+# The spawn keys of the base streams of the two kinds of per-datapoint stream: distinct from each
+# other and from every other use of the seed.
+_BASE_STREAMS = (1 << 40, 1 << 41)
+_RANDOM_STATE, _GENERATOR = 0, 1      # which kind: datapoint_random_state(), datapoint_rng()
 
 
 def _packed_key(key):
@@ -235,12 +243,20 @@ def map_key(run, index, copy=None, stage=0):
 
 
 def _keyed_random_state(key):
+    return np.random.RandomState(_keyed_bitgen(_RANDOM_STATE, key))
+
+
+def _keyed_bitgen(kind, key):
+    """This thread's PCG64 of ``kind``, moved to the start of ``key``'s sub-stream: its base
+    stream (derived from the global seed, or from fresh entropy without one), advanced by
+    ``n << 64`` for ``n`` the packed key (:func:`_packed_key`; another key hashed through
+    ``SeedSequence``; without a seed, random)."""
     loc = _local
     if loc.base_generation != _generation:
         seed = _seed if _seed is not None else int.from_bytes(os.urandom(8), "little")
-        loc.base_state = np.random.PCG64(
-            np.random.SeedSequence(seed, spawn_key=(_RANDOM_STATE_STREAM,))).state
-        loc.bitgen = np.random.PCG64()
+        loc.base_states = [np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(k,))).state
+                           for k in _BASE_STREAMS]
+        loc.bitgens = [np.random.PCG64(), np.random.PCG64()]
         loc.base_generation = _generation
     if _seed is None:
         offset = int.from_bytes(os.urandom(8), "little")
@@ -249,7 +265,7 @@ def _keyed_random_state(key):
         if offset is None:
             offset = int(np.random.SeedSequence(_seed, spawn_key=tuple(key)).generate_state(
                 1, np.uint64)[0])
-    bitgen = loc.bitgen
-    bitgen.state = loc.base_state
+    bitgen = loc.bitgens[kind]
+    bitgen.state = loc.base_states[kind]
     bitgen.advance(offset << 64)
-    return np.random.RandomState(bitgen)
+    return bitgen

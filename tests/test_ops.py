@@ -557,3 +557,35 @@ def test_set_seed_restarts_the_random_ops_stream_outside_a_map():
     again = [crop(x) for _ in range(5)]
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert len({a.tobytes() for a in first}) > 1            # still random from call to call
+
+
+def test_a_datapoints_generator_is_its_keyed_sub_stream():
+    """Inside a map, datapoint_rng() is the datapoint's sub-stream of a base PCG64 derived from
+    the seed (advanced by the packed key << 64), a stream apart from datapoint_random_state()'s;
+    the same key gives the same draws in any thread, and repeated calls continue one stream."""
+    def draws(key, calls=2):
+        drng.set_datapoint_key(key)
+        try:
+            return [int(drng.datapoint_rng().integers(2**62)) for _ in range(calls)]
+        finally:
+            drng.set_datapoint_key(None)
+
+    set_seed(9)
+    got = draws((3, 17))
+    base = np.random.PCG64(np.random.SeedSequence(9, spawn_key=(1 << 41,)))
+    base.advance(((3 << 48) | 17) << 64)
+    want = np.random.Generator(base)
+    assert got == [int(want.integers(2**62)) for _ in range(2)]
+    assert got[0] != got[1]
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(draws, (3, 17)).result() == got
+    assert draws((3, 18)) != got and draws((4, 17)) != got
+    drng.set_datapoint_key((3, 17))
+    try:
+        legacy = int(drng.datapoint_random_state().randint(2**31))
+        assert int(drng.datapoint_rng().integers(2**31)) != legacy
+    finally:
+        drng.set_datapoint_key(None)
+    set_seed(10)
+    assert draws((3, 17)) != got
+    set_seed(None)
