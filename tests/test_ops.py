@@ -589,3 +589,30 @@ def test_a_datapoints_generator_is_its_keyed_sub_stream():
     set_seed(10)
     assert draws((3, 17)) != got
     set_seed(None)
+
+
+@pytest.mark.parametrize("channels,mean,std", [
+    (3, (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)), (1, 5.0, 2.0),
+    (4, 10.0, (1.0, 2.0, 3.0, 4.0))])
+def test_normalize_of_uint8_looks_up_what_the_arithmetic_gives(monkeypatch, channels, mean, std):
+    """A uint8 image is normalized by OpenCV table lookups where OpenCV is installed: every one
+    of the 256 values of every channel, HWC or fused into CHW, contiguous or a strided view,
+    equals the float32 arithmetic bit for bit, and equals the numpy way without OpenCV."""
+    from dataflow.ops import image as opimage
+    assert opimage._optional_cv2() is not None         # [test] installs OpenCV
+    x = np.tile(np.arange(256, dtype=np.uint8), (channels, 3)).T.reshape(16, 48, channels)
+    want = (x.astype(np.float32) - np.float32(mean)) / np.float32(std)
+    chw = Compose([Normalize(mean, std), HWC2CHW()])
+
+    def run(image):
+        return Normalize(mean, std)(image), chw(image)
+
+    for image, expect in ((x, want), (x[:, ::-1], want[:, ::-1])):
+        hwc, planes = run(image)
+        assert hwc.shape == image.shape and hwc.dtype == np.float32
+        np.testing.assert_array_equal(hwc, expect)
+        np.testing.assert_array_equal(planes, expect.transpose(2, 0, 1))
+    monkeypatch.setattr(opimage, "_cv2", False)         # no OpenCV: numpy
+    hwc, planes = run(x)
+    np.testing.assert_array_equal(hwc, want)
+    np.testing.assert_array_equal(planes, want.transpose(2, 0, 1))

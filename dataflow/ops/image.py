@@ -339,24 +339,31 @@ class CenterCrop(_Crop):
 
 _FLIP_CV_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16,
                                                    np.int32, np.float32, np.float64))
-_cv2_for_flip = None     # the cv2 module, False when it cannot be imported, None: not tried
+_cv2 = None     # the cv2 module, False when it cannot be imported, None: not tried
+
+
+def _optional_cv2():
+    """The cv2 module where OpenCV is installed (the ops that use it have a numpy way too),
+    else ``None``; tried once."""
+    global _cv2
+    if _cv2 is None:
+        try:
+            from ..parallel import cvthreads
+            _cv2 = cvthreads.import_cv2()
+        except ImportError:
+            _cv2 = False
+    return _cv2 or None
 
 
 def _flip_lr(x):
     """``x[:, ::-1]`` as a new C-contiguous array: ``cv2.flip`` where OpenCV is installed and
     takes the image (up to 4 channels of its dtypes; 224 x 224 x 3 uint8: 6 us against numpy's
     460 us for the strided copy), else numpy."""
-    global _cv2_for_flip
-    if _cv2_for_flip is None:
-        try:
-            from ..parallel import cvthreads
-            _cv2_for_flip = cvthreads.import_cv2()
-        except ImportError:
-            _cv2_for_flip = False
-    if _cv2_for_flip and x.dtype in _FLIP_CV_DTYPES and x.size and \
+    cv2 = _optional_cv2()
+    if cv2 is not None and x.dtype in _FLIP_CV_DTYPES and x.size and \
             (x.ndim == 2 or x.shape[2] <= 4):
         src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-        out = _cv2_for_flip.flip(src, 1)
+        out = cv2.flip(src, 1)
         return out.reshape(x.shape) if out.shape != x.shape else out
     return x[:, ::-1].copy()
 
@@ -396,7 +403,9 @@ class Normalize(Op):
     input's shape. A length that matches neither 1 nor the number of channels raises
     ``ValueError``; so does a ``std`` with a zero.
 
-    Native: vectorised numpy.
+    Native: vectorised numpy; a uint8 image, where OpenCV is installed, by looking its values up
+    in a table of the 256 results per channel (``cv2.LUT``), computed by that same float32
+    arithmetic, so bit for bit the same (224 x 224 x 3 into CHW: 81 us instead of 145).
     """
 
     native = True
@@ -413,6 +422,10 @@ class Normalize(Op):
                              f"{self._std.size}; they must match (or one be a single value)")
         self.mean = self._mean.tolist() if self._mean.size > 1 else float(self._mean[0])
         self.std = self._std.tolist() if self._std.size > 1 else float(self._std[0])
+        # Row k: the result for each uint8 value in channel k (one row if mean and std are
+        # single values), by the float32 arithmetic of _normalize_into.
+        self._lut = np.ascontiguousarray(
+            ((np.arange(256, dtype=np.float32)[:, None] - self._mean) / self._std).T)
 
     @staticmethod
     def _vector(name, v):
@@ -440,7 +453,15 @@ class Normalize(Op):
 
     def _normalize_into(self, x, c, planes):
         """Channel k of the HWC image ``x``, normalized, into ``planes[k]``: numpy broadcasts a
-        length-3 last axis slowly (about twice the time of this)."""
+        length-3 last axis slowly (about twice the time of this). Contiguous float32 planes of
+        a uint8 image: by table lookups where OpenCV is installed."""
+        cv2 = _optional_cv2() if x.dtype == np.uint8 else None
+        if cv2 is not None and all(p.flags.c_contiguous for p in planes):
+            src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+            rows = self._lut if len(self._lut) == c else [self._lut[0]] * c
+            for k, plane in enumerate(cv2.split(src) if c > 1 else [src[..., 0]]):
+                cv2.LUT(plane, rows[k], dst=planes[k])
+            return
         mean = np.broadcast_to(self._mean, (c,))
         std = np.broadcast_to(self._std, (c,))
         for k in range(c):
@@ -454,6 +475,12 @@ class Normalize(Op):
             out -= self._mean[0]
             out /= self._std[0]
             return out
+        cv2 = _optional_cv2() if x.dtype == np.uint8 and c <= 4 else None
+        if cv2 is not None:        # every channel's table at once, interleaved as the image
+            lut = self._lut[0] if len(self._lut) == 1 else \
+                np.ascontiguousarray(self._lut.T).reshape(256, 1, c)
+            out = cv2.LUT(x if x.flags.c_contiguous else np.ascontiguousarray(x), lut)
+            return out.reshape(x.shape)          # cv2 drops a last axis of 1
         out = np.empty(x.shape, np.float32)
         self._normalize_into(x, c, [out[..., k] for k in range(c)])
         return out
