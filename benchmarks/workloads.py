@@ -188,16 +188,26 @@ def img_pipeline_ops(dp):
     composed, called from a plain Python function. Built on first use, once per process, and
     shared by its threads (the ops keep no state; their random draws come from
     ``dataflow.rng``, per thread)."""
+    return _per_process(_img_ops, _img_lock, _compose_img_ops)(dp)
+
+
+def _compose_img_ops():
+    import dataflow
+    return dataflow.ops.Compose(img_ops(dataflow))
+
+
+def _per_process(cache, lock, build):
+    """``build()``'s object for this process, made on first use and kept in ``cache`` (a dict
+    keyed by pid: a forked child makes its own, so that its random stream is its own)."""
     pid = os.getpid()
-    chain = _img_ops.get(pid)
-    if chain is None:
-        with _img_lock:
-            chain = _img_ops.get(pid)
-            if chain is None:
-                import dataflow
-                _img_ops.clear()
-                chain = _img_ops[pid] = dataflow.ops.Compose(img_ops(dataflow))
-    return chain(dp)
+    obj = cache.get(pid)
+    if obj is None:
+        with lock:
+            obj = cache.get(pid)
+            if obj is None:
+                cache.clear()
+                obj = cache[pid] = build()
+    return obj
 
 
 def _check_img_batch(dp):
@@ -279,16 +289,12 @@ def fbresnet_available():
 def _fbresnet_augmentor_list():
     """This process's ``AugmentorList``, built on first use: once per process (a forked worker
     builds its own, so that its random stream is its own); shared by the process's threads."""
-    pid = os.getpid()
-    augs = _fb_augs.get(pid)
-    if augs is None:
-        with _fb_lock:
-            augs = _fb_augs.get(pid)
-            if augs is None:
-                import dataflow
-                _fb_augs.clear()
-                augs = _fb_augs[pid] = dataflow.imgaug.AugmentorList(fbresnet_augmentors())
-    return augs
+    return _per_process(_fb_augs, _fb_lock, lambda: _imgaug().AugmentorList(fbresnet_augmentors()))
+
+
+def _imgaug():
+    import dataflow
+    return dataflow.imgaug
 
 
 def imdecode_bgr(buf):

@@ -163,7 +163,9 @@ def test_img_map_functions_make_the_same_batch_items():
     dp = workloads.jpeg_source()[0]
     a, label = workloads.img_pipeline_ops(list(dp))
     assert a.shape == (3, 224, 224) and a.dtype == np.float32 and label == dp[1]
-    assert workloads._img_ops[os.getpid()] is workloads._img_ops.get(os.getpid())
+    chain = workloads._img_ops[os.getpid()]           # built once per process
+    workloads.img_pipeline_ops(list(dp))
+    assert workloads._img_ops == {os.getpid(): chain}
     state = np.random.get_state()
     try:
         # randint(0, 33) twice, then random_sample(): crop at (top, left), flip if < 0.5
