@@ -31,8 +31,8 @@ SYSTEMS = {
                                 "buffer_size=200, strict=True): autotuned workers"),
     "dataflow-batch32": ("dataflow", "batch32", None,
                          "dataflow.MultiProcessMapAndBatchData(ds, num_proc={w}, map_func=f, "
-                         "batch_size=32): mapped and batched in its workers; the consumer reads "
-                         "the batches"),
+                         "batch_size=32): mapped and batched in its workers (a bare array "
+                         "result as [array]); the consumer reads the batches"),
     "tensorpack-serial": ("tensorpack", "serial", "dataflow-serial",
                           "tensorpack MapData(RepeatedData(ds, -1), f)"),
     "tensorpack-threads": ("tensorpack", "threads", "dataflow-threads",
@@ -409,7 +409,8 @@ def open_stream(family, system, workload, source, passes, workers=2):
             df = m.MultiThreadMapData(ds, num_thread=w, map_func=f, buffer_size=200, strict=True)
         elif kind == "batch32":
             per_item = 32
-            df = m.MultiProcessMapAndBatchData(ds, num_proc=w, map_func=f, batch_size=per_item)
+            df = m.MultiProcessMapAndBatchData(ds, num_proc=w, map_func=_AsComponents(f),
+                                               batch_size=per_item)
         else:
             df = m.MultiProcessMapData(ds, num_proc=w, map_func=f, buffer_size=200, strict=True)
         df.reset_state()
@@ -437,6 +438,19 @@ def open_stream(family, system, workload, source, passes, workers=2):
         return Stream(loader, it, has_close=False, per_item=bs,
                       detail="batch_size=32, collated in its workers" if bs else None)
     raise ValueError(system)
+
+
+class _AsComponents:
+    """``f`` for a dataflow batcher, which takes datapoints that are lists, tuples or dicts (as
+    tensorpack's does): a bare result (workloads 2 and 3 return an array) becomes ``[result]``,
+    so its batch is ``[the stacked arrays]`` where torch's collate gives the stacked arrays."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def __call__(self, dp):
+        r = self.f(dp)
+        return r if isinstance(r, (list, tuple, dict)) else [r]
 
 
 # ---------------------------------------------------------------------------- LMDB serializers

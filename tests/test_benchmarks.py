@@ -109,6 +109,11 @@ def test_every_family_runs_the_new_workloads():
         assert not systems.applies(batching, "lmdb")
         assert systems.applies(batching, "lmdb-tiny") and systems.applies(batching, 1)
     assert systems.SYSTEMS["torch-batch32"][2] == "dataflow-batch32"
+    # dataflow's batcher takes list datapoints: a bare array result (workloads 2, 3) is wrapped
+    as_components = systems._AsComponents(workloads.map_image)
+    out = as_components([7])
+    assert type(out) is list and len(out) == 1 and out[0].shape == (224, 224, 3)
+    assert systems._AsComponents(workloads.map_python)([7])[0] == 7
     assert "LMDBSerializer.load" in systems.description("dataflow-serial", "lmdb")
     assert "read_lmdb_tiny" in systems.description("grain-serial", "lmdb-tiny")
     # torch's collate keeps a batch's byte strings in a tuple
