@@ -1297,6 +1297,9 @@ def test_max_restarts_is_checked_at_construction():
     (lambda bad: D.PrefetchDataZMQ(D.DataFromList([[1]]), 1, bad), "hwm"),
     (lambda bad: D.MultiProcessRunner(D.DataFromList([[1]]), bad, 1), "num_prefetch"),
     (lambda bad: D.MultiThreadRunner(lambda: D.DataFromList([[1]]), bad, 1), "num_prefetch"),
+    # it was silently made 1
+    (lambda bad: D.MultiProcessMapAndBatchData(D.DataFromList([[1]] * 4), 1, _identity, 2,
+                                               buffer_size=bad), "buffer_size"),
 ])
 def test_runner_prefetch_sizes_are_named_as_given(make, name):
     # these runners have no buffer_size argument, yet the message named it

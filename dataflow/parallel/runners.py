@@ -359,6 +359,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         if buffer_size is None:
             buffer_size = batch_size * max(4, 2 * (available_cpus() if num_proc == "auto"
                                                    else num_proc))
+        else:
+            buffer_size = check_int("buffer_size", buffer_size, 1)
         self.batch_size = batch_size
         super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
                          buffer_size=max(1, buffer_size // batch_size),
