@@ -268,3 +268,25 @@ def test_rotation_and_crop_valid_crops_the_centred_rectangle():
     crop = t.tfms[1]
     assert (crop.h, crop.w) == (newh, neww)
     assert (crop.y0, crop.x0) == (int(30 - newh / 2), int(40 - neww / 2))
+
+
+def test_float16_images_go_through_float32_in_opencv_calls():
+    """cv2.resize, warpAffine, remap and GaussianBlur refuse float16 (a raw cv2.error): such an
+    image is transformed in float32 and given back as float16, equal to the float32 result."""
+    from dataflow import imgaug
+    from dataflow.imgaug.deform import GaussianDeform
+    from dataflow.imgaug.transform import ResizeTransform, WarpAffineTransform
+    rs = np.random.RandomState(3)
+    x = rs.rand(40, 50, 3).astype(np.float16)
+    mat = np.float32([[0.9, 0.1, 2.0], [-0.1, 0.9, 1.0]])
+    for t in (ResizeTransform(40, 50, 20, 25, 1), WarpAffineTransform(mat, (50, 40))):
+        for img in (x, x[..., :1], x[..., 0]):
+            out = t.apply_image(img)
+            assert out.dtype == np.float16 and out.ndim == img.ndim
+            np.testing.assert_array_equal(out, t.apply_image(img.astype(np.float32))
+                                          .astype(np.float16))
+    for aug in (imgaug.GaussianBlur(), GaussianDeform([(0.2, 0.2), (0.7, 0.7)], (40, 50), 0.5, 3),
+                imgaug.Rotation(20), imgaug.ResizeShortestEdge(30)):
+        for img in (x, x[..., 0]):
+            out = aug.augment(img)
+            assert out.dtype == np.float16 and out.ndim == img.ndim

@@ -3,7 +3,7 @@ exported by :mod:`dataflow.imgaug`; importable from here, as there)."""
 import numpy as np
 
 from ._cv import cv2
-from .transform import cv_input
+from .transform import cv_apply
 from .base import ImageAugmentor
 from .transform import Transform
 from .transform import TransformFactory  # noqa: F401 (tensorpack's module has it)
@@ -34,8 +34,8 @@ class _RemapTransform(Transform):
 
     def apply_image(self, img):
         c = cv2()
-        out = c.remap(cv_input(img), self.map_x, self.map_y, c.INTER_LINEAR,
-                      borderMode=c.BORDER_REPLICATE)
+        out = cv_apply(c.remap, img, self.map_x, self.map_y, c.INTER_LINEAR,
+                       borderMode=c.BORDER_REPLICATE)
         return out.reshape(img.shape)
 
 

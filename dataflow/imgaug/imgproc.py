@@ -20,7 +20,7 @@ import logging
 import numpy as np
 
 from ._cv import cv2
-from .transform import cv_input
+from .transform import cv_apply, cv_input
 from .base import PhotometricAugmentor, check_range
 
 __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNormalize",
@@ -290,8 +290,8 @@ class GaussianBlur(PhotometricAugmentor):
     def _augment(self, img, p):
         sx, sy, sigx, sigy = p
         c = cv2()
-        out = c.GaussianBlur(cv_input(img), (sx, sy), sigmaX=sigx, sigmaY=sigy,
-                             borderType=c.BORDER_REPLICATE)
+        out = cv_apply(c.GaussianBlur, img, (sx, sy), sigmaX=sigx, sigmaY=sigy,
+                       borderType=c.BORDER_REPLICATE)
         return out.reshape(img.shape)
 
 

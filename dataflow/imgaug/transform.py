@@ -123,6 +123,15 @@ def cv_input(img):
     return np.ascontiguousarray(img)
 
 
+def cv_apply(fn, img, *args, **kwargs):
+    """``fn(cv_input(img), *args, **kwargs)`` for an OpenCV image function; a float16 image,
+    which ``cv2.resize``, ``warpAffine``, ``remap`` and ``GaussianBlur`` refuse, goes through
+    float32 and comes back as float16."""
+    if img.dtype == np.float16:
+        return fn(img.astype(np.float32), *args, **kwargs).astype(np.float16)
+    return fn(cv_input(img), *args, **kwargs)
+
+
 class ResizeTransform(Transform):
     """Resize an ``h x w`` image to ``new_h x new_w`` with ``cv2.resize`` and interpolation
     ``interp``; coordinates are scaled by ``new_w / w`` and ``new_h / h``."""
@@ -134,7 +143,7 @@ class ResizeTransform(Transform):
         if img.shape[:2] != (self.h, self.w):
             raise ValueError(f"ResizeTransform expects an image of size {(self.h, self.w)}, "
                              f"got shape {img.shape}")
-        out = cv2().resize(cv_input(img), (self.new_w, self.new_h), interpolation=self.interp)
+        out = cv_apply(cv2().resize, img, (self.new_w, self.new_h), interpolation=self.interp)
         return _keep_channel_axis(out, img)
 
     def apply_coords(self, coords):
@@ -170,8 +179,8 @@ class WarpAffineTransform(Transform):
         self.borderMode, self.borderValue = borderMode, borderValue
 
     def apply_image(self, img):
-        out = cv2().warpAffine(cv_input(img), self.mat, self.dsize, flags=self.interp,
-                               borderMode=self.borderMode, borderValue=self.borderValue)
+        out = cv_apply(cv2().warpAffine, img, self.mat, self.dsize, flags=self.interp,
+                       borderMode=self.borderMode, borderValue=self.borderValue)
         return _keep_channel_axis(out, img)
 
     def apply_coords(self, coords):
