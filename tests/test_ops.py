@@ -500,6 +500,22 @@ def test_serial_mapdata_keys_each_datapoint_by_pass_and_index_also_when_nested()
     assert list(df) == [expected((0, i), 2) for i in range(3)]
 
 
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("per_channel_mean,per_channel_std", [(True, True), (True, False),
+                                                              (False, True), (False, False)])
+def test_normalize_uint8_is_bit_for_bit_the_float32_arithmetic(channels, per_channel_mean,
+                                                                 per_channel_std):
+    x = np.arange(256, dtype=np.uint8).repeat(channels).reshape(16, 16, channels)
+    mean = [100.5, 7.25, 250.0, 3.0][:channels] if per_channel_mean else 123.675
+    std = [58.395, 0.5, 3.0, 1.0][:channels] if per_channel_std else 57.12
+    m32 = np.asarray(mean, np.float32).reshape(-1)
+    s32 = np.asarray(std, np.float32).reshape(-1)
+    for dp in (x, x[:, ::-1]):                      # contiguous, and a strided view
+        got = Normalize(mean, std)(dp)
+        assert got.dtype == np.float32 and got.shape == dp.shape
+        np.testing.assert_array_equal(got, (dp.astype(np.float32) - m32) / s32)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 @pytest.mark.parametrize("mean,std", [((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)),
                                       (10.0, 3.0)])

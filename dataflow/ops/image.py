@@ -426,6 +426,9 @@ class Normalize(Op):
         # single values), by the float32 arithmetic of _normalize_into.
         self._lut = np.ascontiguousarray(
             ((np.arange(256, dtype=np.float32)[:, None] - self._mean) / self._std).T)
+        # the same tables interleaved as an HWC image's channels, for one cv2.LUT call
+        self._lut_hwc = self._lut[0] if len(self._lut) == 1 else \
+            np.ascontiguousarray(self._lut.T).reshape(256, 1, len(self._lut))
 
     @staticmethod
     def _vector(name, v):
@@ -477,9 +480,8 @@ class Normalize(Op):
             return out
         cv2 = _optional_cv2() if x.dtype == np.uint8 and c <= 4 else None
         if cv2 is not None:        # every channel's table at once, interleaved as the image
-            lut = self._lut[0] if len(self._lut) == 1 else \
-                np.ascontiguousarray(self._lut.T).reshape(256, 1, c)
-            out = cv2.LUT(x if x.flags.c_contiguous else np.ascontiguousarray(x), lut)
+            # (_channels checked that the tables are one, or one per channel)
+            out = cv2.LUT(x if x.flags.c_contiguous else np.ascontiguousarray(x), self._lut_hwc)
             return out.reshape(x.shape)          # cv2 drops a last axis of 1
         out = np.empty(x.shape, np.float32)
         self._normalize_into(x, c, [out[..., k] for k in range(c)])
