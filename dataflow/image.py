@@ -22,6 +22,7 @@ import copy as _copy
 import logging
 import os
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -368,14 +369,17 @@ class AugmentImageComponents(MapData):
     the other images ``dp[i]`` for ``i in index[1:]`` (the same geometry and the same
     photometric changes: masks, A/B pairs) and to the coordinates ``dp[j]`` for ``j in
     coords_index`` (``N x 2`` arrays of ``(x, y)``, any floating dtype). ``index`` must be a
-    sequence. ``copy``, ``catch_exceptions``: as :class:`AugmentImageCoordinates`.
+    sequence (a list, tuple, ``range`` or 1-D numpy array, as in tensorpack). ``copy``,
+    ``catch_exceptions``: as :class:`AugmentImageCoordinates`.
     """
 
     def __init__(self, ds, augmentors, index=(0, 1), coords_index=(), copy=True,
                  catch_exceptions=False):
-        if not isinstance(index, (list, tuple)) or not index:
-            raise TypeError(f"AugmentImageComponents: index must be a non-empty list or tuple "
-                            f"of components, got {index!r}")
+        if isinstance(index, np.ndarray) and index.ndim == 1:
+            index = index.tolist()
+        if isinstance(index, (str, bytes)) or not isinstance(index, Sequence) or not index:
+            raise TypeError(f"AugmentImageComponents: index must be a non-empty sequence (a "
+                            f"list, tuple, range or 1-D array) of components, got {index!r}")
         self.augs = as_augmentor_list(augmentors, "AugmentImageComponents")
         self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponents")
         super().__init__(ds, _AugmentComponents(self.augs, index, coords_index, copy,

@@ -131,6 +131,20 @@ def test_component_augments_one_component_and_leaves_the_source():
     assert isinstance(src[1], tuple)
 
 
+def test_component_index_may_be_a_numpy_integer():
+    # tensorpack indexes the datapoint with it as it is (index=np.int64(1) from an array of
+    # indices); the op refused it for a list datapoint ("needs an int index")
+    src = [[5, image()], (6, image(start=1))]
+    for make in (lambda idx: AugmentImageComponent(DataFromList(src, shuffle=False), [HFlip()],
+                                                   index=idx),
+                 lambda idx: MapData(DataFromList(src, shuffle=False),
+                                     ops.Augment([HFlip()], index=idx))):
+        out = collect(make(np.int64(1)))
+        for dp, s in zip(out, src):
+            assert dp[0] == s[0]
+            np.testing.assert_array_equal(dp[1], s[1][:, ::-1])
+
+
 def test_component_accepts_an_augmentor_list_and_a_dict_key():
     augs = AugmentorList([HFlip(), ResizeTo(8, 12)])
     df = AugmentImageComponent(DataFromList([{"img": image(), "y": 1}], shuffle=False), augs,
@@ -228,6 +242,23 @@ def test_components_share_one_transform():
         corners.add(int(dp[0][0, -1, 0]))
     assert len(corners) > 1                              # the crops differ
     np.testing.assert_array_equal(src[0][2], [[4.0, 3.0]])
+
+
+def test_components_index_may_be_a_range_or_a_numpy_array():
+    # tensorpack takes any sequence (index[0] draws, index[1:] follow); only lists and
+    # tuples were accepted here
+    coords = np.array([[1.0, 2.0]])
+    src = [[7, image(), image(start=1), coords]]
+    for index, coords_index in ((np.array([1, 2]), np.array([3])), (range(1, 3), range(3, 4))):
+        dp, = collect(AugmentImageComponents(DataFromList(src, shuffle=False), [HFlip()],
+                                             index=index, coords_index=coords_index))
+        assert dp[0] == 7
+        np.testing.assert_array_equal(dp[1], image()[:, ::-1])
+        np.testing.assert_array_equal(dp[2], image(start=1)[:, ::-1])
+        np.testing.assert_array_equal(dp[3], [[6.0 - 1.0, 2.0]])
+    for bad in ("ab", 0, (), np.array([])):
+        with pytest.raises(TypeError, match="index must be a non-empty sequence"):
+            AugmentImageComponents(DataFromList(src, shuffle=False), [HFlip()], index=bad)
 
 
 def test_components_copy_false_and_tuple_datapoints():

@@ -440,10 +440,14 @@ def check_positive_size(who, name, sizes, given):
 
 
 def shape2d(a):
-    """``[a, a]`` for an int (a numpy integer included), ``list(a)`` for a pair; otherwise
-    ``RuntimeError("Illegal shape")`` (tensorpack's helper)."""
+    """``[a, a]`` for an int (a numpy integer included), ``list(a)`` for a pair (a list, a
+    tuple or a numpy array of shape ``(2,)``, which tensorpack's ``CenterPaste`` and
+    ``RandomPaste`` take); otherwise ``RuntimeError("Illegal shape")`` (tensorpack's
+    helper)."""
     if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
         return [int(a), int(a)]
     if isinstance(a, (list, tuple)) and len(a) == 2:
         return list(a)
+    if isinstance(a, np.ndarray) and a.shape == (2,):
+        return a.tolist()
     raise RuntimeError(f"Illegal shape: {a!r}")

@@ -7,6 +7,7 @@ Built-in ops state it in their class attribute ``native``; a user function is ma
 :func:`native`; :func:`is_native` reads both.
 """
 import functools
+import numbers
 import types
 from collections.abc import Mapping
 from copy import copy
@@ -102,10 +103,11 @@ class Op:
     """Base of the built-in ops.
 
     An op is called with one value. With ``index=None`` it transforms that value and returns
-    the result. With ``index=k`` (an int for list/tuple datapoints, a key for dict datapoints)
-    the value is a datapoint: the op transforms component ``k`` and returns a shallow copy of the
-    datapoint with the new component (a tuple becomes a list, as in ``MapDataComponent``); the
-    caller's datapoint is never modified. No op modifies its input array in place.
+    the result. With ``index=k`` (an int, numpy integers included, for list/tuple datapoints, a
+    key for dict datapoints) the value is a datapoint: the op transforms component ``k`` and
+    returns a shallow copy of the datapoint with the new component (a tuple becomes a list, as
+    in ``MapDataComponent``); the caller's datapoint is never modified. No op modifies its input
+    array in place.
 
     Subclasses implement :meth:`apply` and set ``native`` truthfully (see the module doc).
     """
@@ -117,6 +119,8 @@ class Op:
         if isinstance(index, bool):
             raise TypeError(f"{type(self).__name__}: index must be None, an int or a dict key, "
                             f"got {index!r}")
+        if isinstance(index, numbers.Integral):
+            index = int(index)      # a numpy integer indexes a list too, as in tensorpack
         self.index = index
 
     def apply(self, value):
