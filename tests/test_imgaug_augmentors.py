@@ -275,6 +275,29 @@ def test_center_and_random_paste():
         imgaug.BackgroundFiller().fill((3, 3), img)
 
 
+def test_paste_background_shape_may_be_a_numpy_array():
+    # tensorpack's pastes take any indexable pair (e.g. np.array(img.shape[:2]) + 20); ours
+    # raised "Illegal shape" for an array
+    img = image(10, 12)
+    out = imgaug.CenterPaste(np.array([20, 30])).augment(img)
+    assert out.shape == (20, 30, 3)
+    np.testing.assert_array_equal(out[5:15, 9:21], img)
+    assert imgaug.RandomPaste(np.array([20, 30])).augment(img).shape == (20, 30, 3)
+    filler = imgaug.ConstantBackgroundFiller(7)
+    np.testing.assert_array_equal(filler.fill(np.array([3, 4]), img), np.full((3, 4, 3), 7))
+
+
+def test_constant_filler_keeps_dtype_and_refuses_a_value_that_does_not_fit():
+    img = image(4, 4)                                   # uint8, 3 channels
+    out = imgaug.ConstantBackgroundFiller(127.5).fill((3, 3), img)
+    assert out.dtype == np.uint8 and out.shape == (3, 3, 3)
+    np.testing.assert_array_equal(imgaug.ConstantBackgroundFiller([1, 2, 3]).fill((2, 2), img),
+                                  np.tile(np.uint8([1, 2, 3]), (2, 2, 1)))
+    with pytest.raises(ValueError, match=r"ConstantBackgroundFiller: value \[1, 2, 3\] does "
+                                         r"not fit .* image of shape \(4, 4, 1\)"):
+        imgaug.ConstantBackgroundFiller([1, 2, 3]).fill((3, 3), img[..., :1])
+
+
 # -- photometric: the formula with the drawn parameter --------------------------------------------
 def test_brightness_and_scale_formulas():
     img = image(dtype=np.float32)

@@ -145,6 +145,13 @@ def test_reprs():
     tfms.apply_image(np.zeros((4, 4), np.float32))
     assert "imgaug.PhotometricTransform(from imgaug.Contrast(factor_range=(0.8, 1.2)))" in \
         repr(tfms)
+    # each value as pprint.pformat gives it (tensorpack 0.11's output): a long list wraps
+    jitter = imgaug.RandomOrderAug([imgaug.BrightnessScale((0.6, 1.4)),
+                                    imgaug.Contrast((0.6, 1.4), rgb=False),
+                                    imgaug.Saturation(0.4, rgb=False)])
+    assert repr(jitter) == ("imgaug.RandomOrderAug(aug_lists=[imgaug.BrightnessScale(range=(0.6, "
+                            "1.4)),\n imgaug.Contrast(factor_range=(0.6, 1.4), rgb=False),\n "
+                            "imgaug.Saturation(alpha=0.4, rgb=False)])")
 
 
 # -- the legacy API and old-style subclasses ----------------------------------------------------

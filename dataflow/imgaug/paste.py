@@ -25,14 +25,20 @@ class BackgroundFiller:
 
 
 class ConstantBackgroundFiller(BackgroundFiller):
-    """A background of the constant ``value``."""
+    """A background of the constant ``value`` (one value, or one per channel), in the image's
+    dtype and channel count; a ``value`` that does not fit raises ``ValueError``."""
 
     def __init__(self, value):
         self.value = value
 
     def _fill(self, background_shape, img):
         shape = background_shape + img.shape[2:]
-        return np.full(shape, self.value, dtype=img.dtype)
+        try:
+            return np.full(shape, self.value, dtype=img.dtype)
+        except ValueError as e:
+            raise ValueError(f"ConstantBackgroundFiller: value {self.value!r} does not fit a "
+                             f"background of shape {shape} for an image of shape {img.shape} "
+                             f"(give one value, or one per channel): {e}") from None
 
 
 class PasteTransform(Transform):

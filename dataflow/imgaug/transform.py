@@ -25,6 +25,7 @@ Exported by :mod:`dataflow.imgaug`: :class:`Transform`, :class:`ResizeTransform`
 :class:`TransformFactory`. The others are importable from this module, as in tensorpack.
 """
 import inspect
+import pprint
 
 import numpy as np
 
@@ -41,7 +42,8 @@ __all__ = ["Transform", "ResizeTransform", "CropTransform", "FlipTransform", "Tr
 def default_repr(obj, prefix="imgaug."):
     """``imgaug.Name(arg=value, ...)``: the constructor's arguments, read back from the
     attributes of the same names, leaving out those whose value is the default object itself
-    (and those not stored as attributes)."""
+    (and those not stored as attributes); each value as ``pprint.pformat`` gives it, as in
+    tensorpack (a long list wraps over lines)."""
     params = inspect.signature(type(obj).__init__).parameters
     parts = []
     for name, p in params.items():
@@ -52,8 +54,7 @@ def default_repr(obj, prefix="imgaug."):
         value = obj.__dict__[name]
         if value is p.default:
             continue
-        parts.append(f"{name}={value!r}" if not isinstance(value, np.ndarray)
-                     else f"{name}={np.array_repr(value)}")
+        parts.append(f"{name}={pprint.pformat(value)}")   # as tensorpack: long values wrap
     return f"{prefix}{type(obj).__name__}({', '.join(parts)})"
 
 
