@@ -125,7 +125,10 @@ def _adopt_old_names(cls):
 
 def _count_for_replay(cls):
     """A subclass that defines ``__iter__`` but inherits no way to say where it is: count its
-    datapoints so that ``state_dict(replay=True)`` can record a replay position."""
+    datapoints so that ``state_dict(replay=True)`` can record a replay position. The count is
+    kept in a :class:`_ReplayPosition` of its own, not in attributes of the dataflow, whose
+    author may use ``self._pos`` or ``self._pass`` for something else (a tensorpack dataflow
+    read back our counter, or crashed on it)."""
     orig = cls.__dict__.get("__iter__")
     pos = getattr(cls, "_get_position", None)
     if orig is None or "_get_position" in cls.__dict__ or not (
@@ -133,16 +136,49 @@ def _count_for_replay(cls):
         return
 
     def __iter__(self):
-        return _ckpt.replay_counted(self, lambda: orig(self))
+        return _ckpt.replay_counted(_replay_position(self), lambda: orig(self))
 
     __iter__.__wrapped__ = orig
     cls.__iter__ = __iter__
-    cls._get_position = _ckpt.replay_state
-    cls._set_position = _ckpt.PassPosition._set_position
-    cls._abandon = _ckpt.replay_abandon
-    for name in ("_pass", "_pos", "_in_pass", "_resume"):
-        if not hasattr(cls, name):
-            setattr(cls, name, getattr(_ckpt.PassPosition, name))
+    cls._get_position = _replay_get_position
+    cls._set_position = _replay_set_position
+    cls._abandon = _replay_abandon
+
+
+class _ReplayPosition(_ckpt.PassPosition):
+    """The pass and count of a dataflow counted by :func:`_count_for_replay`."""
+
+    def __init__(self, owner):
+        self.owner = owner         # a copy of the dataflow (copy.copy) gets its own
+
+
+def _replay_position(df):
+    try:
+        pos = object.__getattribute__(df, "_dfreplay")
+        if pos.owner is df:
+            return pos
+    except AttributeError:
+        pass
+    pos = _ReplayPosition(df)
+    object.__setattr__(df, "_dfreplay", pos)
+    return pos
+
+
+def _replay_get_position(self):
+    s = _ckpt.PassPosition._get_position(_replay_position(self))
+    s[_ckpt.REPLAY] = type(self).__name__
+    return s
+
+
+def _replay_set_position(self, position):
+    _ckpt.PassPosition._set_position(_replay_position(self), position)
+
+
+def _replay_abandon(self):
+    _ckpt.PassPosition._abandon(_replay_position(self))
+
+
+_replay_get_position.replay_default = True
 
 
 class DataFlow:

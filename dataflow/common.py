@@ -65,8 +65,8 @@ class TestDataSpeed(ProxyDataFlow):
             warmup (int): number of datapoints to take before timing.
         """
         super().__init__(ds)
-        self.test_size = check_int("TestDataSpeed: size", size, 1)
-        self.warmup = check_int("TestDataSpeed: warmup", warmup, 0)
+        self.test_size = check_int("TestDataSpeed: size", size, 1, whole_floats=True)
+        self.warmup = check_int("TestDataSpeed: warmup", warmup, 0, whole_floats=True)
         self._reset_called = False
 
     def reset_state(self):
@@ -406,7 +406,7 @@ class FixedSizeData(ProxyDataFlow):
 
     def __init__(self, ds, size, keep_state=True):
         super().__init__(ds)
-        self._size = check_int("FixedSizeData: size", size, 0)
+        self._size = check_int("FixedSizeData: size", size, 0, whole_floats=True)
         self.itr = None
         self._keep = keep_state
         self._guard = None
@@ -756,7 +756,7 @@ class RepeatedDataPoint(ProxyDataFlow):
     the repeats are the same object."""
 
     def __init__(self, ds, num):
-        self.num = check_int("RepeatedDataPoint: num", num, 1)
+        self.num = check_int("RepeatedDataPoint: num", num, 1, whole_floats=True)
         super().__init__(ds)
 
     def __len__(self):

@@ -168,6 +168,11 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
     order of a fresh random permutation of the indices. The permutation of pass ``p`` is a pure
     function of ``p`` and of one number drawn from ``self.rng`` at the first pass, so that
     ``state_dict()`` is two ints and the seed, and resuming costs nothing.
+
+    Elements are read by index, ``lst[i]`` for ``i`` in ``0 .. len - 1``, with and without
+    ``shuffle``; so a dict keyed ``0 .. n - 1`` gives its values both ways (tensorpack 0.11
+    iterated it with ``shuffle=False``, giving the keys, and gave the values when shuffling),
+    and any other dict, a set or an iterator is refused with ``TypeError`` when built.
     """
 
     def __init__(self, lst, shuffle=True):
@@ -276,7 +281,8 @@ class DataFromGenerator(DataFlow):
     again) or an iterable. A one-shot iterator (a generator object, say) can be consumed once: a
     pass that is started after it was exhausted raises ``RuntimeError`` rather than silently
     yielding nothing; a pass that starts after an earlier pass was stopped early resumes where it
-    stopped. ``len()`` raises ``NotImplementedError`` unless ``size`` is given.
+    stopped. ``len()`` is ``size`` if given, else ``len(gen)`` when ``gen`` has a length (a
+    list, say; as in tensorpack), else it raises ``NotImplementedError``.
     """
 
     def __init__(self, gen, size=None):
@@ -291,10 +297,13 @@ class DataFromGenerator(DataFlow):
         self._exhausted = False
 
     def __len__(self):
-        if self._size is None:
+        if self._size is not None:
+            return self._size
+        try:
+            return len(self._gen)      # tensorpack's len(): that of a list given as gen
+        except (TypeError, NotImplementedError):
             raise UnknownLengthError("DataFromGenerator does not know its length "
-                                     "(pass size= if it is known)")
-        return self._size
+                                     "(pass size= if it is known)") from None
 
     def __iter__(self):
         return _ckpt.replay_counted(self, self._one_pass)
@@ -325,14 +334,15 @@ class DataFromIterable(DataFlow):
     """The elements of an iterable as datapoints; each pass calls ``iter(iterable)``.
 
     ``len()`` is ``len(iterable)`` when the iterable has a length (taken at construction, as in
-    tensorpack), otherwise it raises ``NotImplementedError``.
+    tensorpack), otherwise it raises ``NotImplementedError``; an iterable whose ``len()`` raises
+    (a dataflow of unknown length: ``NotImplementedError``) has none, as in tensorpack.
     """
 
     def __init__(self, iterable):
         self._itr = iterable
         try:
             self._len = len(iterable)
-        except TypeError:
+        except Exception:
             self._len = None
 
     def __len__(self):

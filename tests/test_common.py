@@ -116,6 +116,33 @@ def test_new_style_iter_wins_over_get_data():
     assert list(Both()) == [["iter"]]
 
 
+def test_own_attributes_named_like_the_replay_count_are_left_alone():
+    # a tensorpack dataflow may keep its own _pos, _pass, _resume or _in_pass: the count kept
+    # for state_dict(replay=True) overwrote them (a pass read 0, 1 for _pos, or crashed)
+    class Reader(DataFlow):
+        def __init__(self):
+            self._pos, self._pass, self._resume, self._in_pass = 100, "x", [1], 5
+
+        def __len__(self):
+            return 2
+
+        def __iter__(self):
+            for i in range(2):
+                yield [i, self._pos, self._pass, self._resume, self._in_pass]
+
+    df = Reader()
+    df.reset_state()
+    expected = [[0, 100, "x", [1], 5], [1, 100, "x", [1], 5]]
+    assert list(df) == expected and list(df) == expected
+    assert (df._pos, df._pass, df._resume, df._in_pass) == (100, "x", [1], 5)
+    it = iter(df)
+    next(it)
+    state = df.state_dict(replay=True)         # the count is still kept, elsewhere
+    again = Reader()
+    again.load_state_dict(state)
+    assert list(iter(again)) == expected[1:]
+
+
 # ---------------------------------------------------------------- MapData
 
 def test_mapdata_maps_in_order_and_drops_none():
@@ -337,6 +364,19 @@ def test_counts_that_are_not_ints_are_refused(make, match):
     # 2.5 passes became 2 (and None a bare int() TypeError), an explicit interval of 0 became 1
     with pytest.raises(ValueError, match=match):
         make(DataFromList([[1], [2]]))
+
+
+def test_whole_float_counts_are_taken_as_tensorpack_int_did():
+    # tensorpack passed these through int(): FixedSizeData(ds, 3.0), TestDataSpeed(ds, 1e4)
+    src = DataFromList([[1], [2]], shuffle=False)
+    df = FixedSizeData(src, 3.0)
+    df.reset_state()
+    assert len(df) == 3 and list(iter(df)) == [[1], [2], [1]]
+    df = RepeatedDataPoint(src, np.float64(2.0))
+    df.reset_state()
+    assert df.num == 2 and list(df) == [[1], [1], [2], [2]]
+    speed = TestDataSpeed(src, 1e1, warmup=2.0)
+    assert (speed.test_size, speed.warmup) == (10, 2) and type(speed.test_size) is int
 
 
 def test_joindata_of_nothing_is_an_error():

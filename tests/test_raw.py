@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import dataflow
-from dataflow import (DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue, FakeData,
-                      set_seed)
+from dataflow import (DataFlow, DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue,
+                      FakeData, UnknownLengthError, set_seed)
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +95,9 @@ def test_datafromlist_takes_any_indexable_sequence():
                       ({0: "x", 1: "y"}, ["x", "y"])):
         df = DataFromList(lst, shuffle=True)
         assert sorted(_passes(df)[0]) == want
+    # a dict keyed 0 .. n - 1 gives its values in order without shuffling too (tensorpack
+    # iterated it there, giving the keys)
+    assert _passes(DataFromList({1: "y", 0: "x"}, shuffle=False)) == [["x", "y"]]
 
 
 # ---------------------------------------------------------------- DataFromGenerator
@@ -131,6 +134,26 @@ def test_datafromgenerator_size_gives_len():
     assert len(DataFromGenerator(lambda: iter([[1]]), size=1)) == 1
 
 
+def test_datafromgenerator_len_is_that_of_a_sized_gen_as_in_tensorpack():
+    # tensorpack 0.11: len(DataFromGenerator(gen)) is len(gen), so a list has its length
+    df = DataFromGenerator([[1], [2], [3]])
+    assert len(df) == 3 and _passes(df, 2) == [[[1], [2], [3]]] * 2
+    assert len(dataflow.BatchData(df, 2, remainder=True)) == 2
+    with pytest.raises(ValueError, match="batch_size=4 is larger than the dataflow"):
+        dataflow.BatchData(df, 4)        # as tensorpack's assert: no batch would come
+
+    class NoLen(DataFlow):               # a dataflow of unknown length, tensorpack-style
+        def __iter__(self):
+            yield [1]
+
+        def __len__(self):
+            raise NotImplementedError
+
+    for gen in (NoLen(), lambda: iter([[1]]), iter([[1]])):
+        with pytest.raises(UnknownLengthError):
+            len(DataFromGenerator(gen))
+
+
 # ---------------------------------------------------------------- DataFromIterable
 
 def test_datafromiterable_with_len():
@@ -148,6 +171,22 @@ def test_datafromiterable_without_len():
     with pytest.raises(NotImplementedError):
         len(df)
     assert _passes(df, 2) == [[[5], [6]]] * 2
+
+
+@pytest.mark.parametrize("error", [NotImplementedError, ValueError])
+def test_datafromiterable_whose_len_raises_has_no_length(error):
+    # tensorpack takes any exception from len() as "no length"; it was raised when built
+    class It:
+        def __iter__(self):
+            return iter([[5], [6]])
+
+        def __len__(self):
+            raise error
+
+    df = DataFromIterable(It())
+    with pytest.raises(UnknownLengthError):
+        len(df)
+    assert _passes(df) == [[[5], [6]]]
 
 
 # ---------------------------------------------------------------- DataFromQueue
