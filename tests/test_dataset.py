@@ -150,6 +150,19 @@ def test_mnist_bad_files_raise_naming_the_file(tmp_path):
         dataset.Mnist("train", dir=str(tmp_path))
 
 
+def test_mnist_ignores_bytes_after_the_data(tmp_path):
+    # tensorpack reads the announced count and ignores the rest; only a short file is an error
+    images, labels = fake_mnist(tmp_path, n=2)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        with gzip.open(tmp_path / name, "rb") as f:
+            data = f.read()
+        with gzip.open(tmp_path / name, "wb") as f:
+            f.write(data + b"\x07" * 10)
+    out = read_all(dataset.Mnist("test", shuffle=False, dir=str(tmp_path)))
+    assert [int(lab) for _, lab in out] == labels.tolist()
+    np.testing.assert_allclose(out[1][0], images[1] / 255.0, rtol=1e-6)
+
+
 def test_mnist_downloads_missing_files_from_the_mirror(no_leaks, dataset_dir, http_root,
                                                        monkeypatch):
     root, url = http_root
@@ -395,6 +408,42 @@ def test_ilsvrc_meta(imagenet):
     assert meta.get_per_pixel_mean((8, 10)).shape == (8, 10, 3)
 
 
+def test_ilsvrc_meta_class_index_is_the_line_number(tmp_path):
+    # as tensorpack: lines are stripped, and a blank line still takes its index (a later
+    # line keeps its class number); image lists skip blank lines
+    (tmp_path / "synsets.txt").write_text("n01440764\n\nn01484850  \n")
+    (tmp_path / "synset_words.txt").write_text("n01440764 tench  \n\n n01484850 shark\n")
+    (tmp_path / "val.txt").write_text("a.JPEG 2\n\nb.JPEG 0\n")
+    meta = dataset.ILSVRCMeta(str(tmp_path))
+    assert meta.get_synset_1000() == {0: "n01440764", 1: "", 2: "n01484850"}
+    assert meta.get_synset_words_1000() == {0: "n01440764 tench", 1: "",
+                                            2: "n01484850 shark"}
+    assert meta.get_image_list("val", "train") == [("n01484850/a.JPEG", 2),
+                                                   ("n01440764/b.JPEG", 0)]
+
+
+def test_directories_given_with_a_tilde_are_expanded(imagenet, tmp_path, monkeypatch):
+    # tensorpack expands ~ in ILSVRCMeta, ILSVRC12(Files), TinyImageNet and Places365Standard
+    meta_dir, data, _, _, val, _ = imagenet
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert dataset.ILSVRCMeta("~/meta").dir == str(meta_dir)
+    files = dataset.ILSVRC12Files("~/ilsvrc", "val", meta_dir="~/meta", shuffle=False)
+    assert read_all(files) == [[os.path.join(str(data), "val", f), c] for f, c in val]
+    assert len(read_all(dataset.ILSVRC12("~/ilsvrc", "val", meta_dir=str(meta_dir)))) == 6
+    write_image(str(tmp_path / "places" / "val" / "zoo" / "1.jpg"),
+                np.full((6, 6, 3), color(1), np.uint8))
+    (tmp_path / "places" / "val.txt").write_text("val/zoo/1.jpg\n")
+    [(im, label)] = read_all(dataset.Places365Standard("~/places", "val"))
+    assert tuple(im[0, 0]) == color(1) and label == 0
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "wnids.txt").write_text("".join(f"n{i:08d}\n" for i in range(200)))
+    write_image(str(tiny / "val" / "images" / "v.JPEG"), np.full((64, 64, 3), color(2), np.uint8))
+    (tiny / "val" / "val_annotations.txt").write_text("v.JPEG\tn00000009\t0\t0\t9\t9\n")
+    [(im, label)] = read_all(dataset.TinyImageNet("~/tiny", "val"))
+    assert tuple(im[0, 0]) == color(2) and label == 9
+
+
 def test_ilsvrc12_files_and_images_are_bgr(imagenet):
     meta_dir, data, wnids, train, val, _ = imagenet
     files = dataset.ILSVRC12Files(str(data), "train", meta_dir=str(meta_dir), shuffle=False)
@@ -485,6 +534,25 @@ def test_bsds500_transposes_portraits_and_averages_boundaries(tmp_path):
         assert tuple(im[10, 10]) == color(i)
         assert edge.dtype == np.float32 and edge.shape == (321, 481)
         np.testing.assert_allclose(edge, e, rtol=1e-6)
+
+
+def test_bsds500_edge_map_is_bitwise_tensorpacks(tmp_path):
+    # tensorpack sums the boundary maps and multiplies by 1/n in float32; dividing by n
+    # instead differs in the last bit for n = 7 (3/7, 6/7)
+    base = tmp_path / "BSR" / "BSDS500" / "data"
+    write_image(str(base / "images" / "test" / "1.jpg"), np.zeros((321, 481, 3), np.uint8))
+    cell = np.empty((1, 7), dtype=object)
+    for k in range(7):
+        m = np.zeros((321, 481), np.uint8)
+        m[0, k + 1:] = 1                        # pixel (0, j) is marked by min(j, 7) annotators
+        cell[0, k] = {"Boundaries": m}
+    (base / "groundTruth" / "test").mkdir(parents=True)
+    sio.savemat(str(base / "groundTruth" / "test" / "1.mat"), {"groundTruth": cell})
+    [(_, edge)] = read_all(dataset.BSDS500("test", data_dir=str(tmp_path), shuffle=False))
+    expected = np.array([0.0, 0.14285715, 0.2857143, 0.42857146, 0.5714286, 0.71428573,
+                         0.8571429, 1.0], np.float32)       # tensorpack 0.11's values
+    assert edge.dtype == np.float32
+    np.testing.assert_array_equal(edge[0, :8], expected)
 
 
 def test_svhn_maps_label_10_to_0_and_keeps_rgb(tmp_path):

@@ -18,8 +18,9 @@ _SHAPE = (321, 481)
 class BSDS500(IndexedDataset):
     """BSDS500: datapoints ``[image, edges]``, ``image`` uint8 (321, 481, 3) **BGR**,
     ``edges`` float32 (321, 481) in [0, 1], the mean over the annotators' boundary maps.
-    Portrait images and their maps are transposed to landscape. ``name`` is 'train', 'test' or
-    'val'. Everything is read in the constructor from
+    Portrait images and their maps are transposed to landscape; images are in file-name order
+    (tensorpack's is the directory's). ``name`` is 'train', 'test' or 'val'. Everything is
+    read in the constructor from
     ``data_dir/BSR/BSDS500/data/{images,groundTruth}/<name>/`` (``data_dir`` defaults to
     ``get_dataset_path('bsds500_data')``; the archive is downloaded and extracted there when
     ``BSR`` is missing). Needs OpenCV and SciPy."""
@@ -75,4 +76,7 @@ def _mean_boundaries(sio, path):
             from e
     if not maps:
         raise ValueError(f"{path}: no annotations")
-    return (sum(maps) / len(maps)).astype(np.float32)
+    # summed then scaled by 1/n in float32, as tensorpack does: the same values to the last bit
+    edge = sum(maps)
+    edge *= np.float32(1.0 / len(maps))
+    return edge

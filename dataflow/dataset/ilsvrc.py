@@ -25,11 +25,12 @@ def _imread(cv2, path):
 class ILSVRCMeta:
     """The ILSVRC-12 metadata of Caffe's ``caffe_ilsvrc12.tar.gz``: ``synsets.txt``,
     ``synset_words.txt``, ``{train,val,test}.txt`` and ``imagenet_mean.binaryproto``, in
-    ``dir`` (default ``get_dataset_path('ilsvrc_metadata')``; downloaded and extracted there
-    when ``synsets.txt`` is missing)."""
+    ``dir`` (``~`` expanded; default ``get_dataset_path('ilsvrc_metadata')``; downloaded and
+    extracted there when ``synsets.txt`` is missing)."""
 
     def __init__(self, dir=None):
-        self.dir = dir if dir is not None else get_dataset_path("ilsvrc_metadata")
+        self.dir = os.path.expanduser(dir) if dir is not None \
+            else get_dataset_path("ilsvrc_metadata")
         os.makedirs(self.dir, exist_ok=True)
         self.caffepb = None
         if not os.path.isfile(os.path.join(self.dir, "synsets.txt")):
@@ -38,16 +39,19 @@ class ILSVRCMeta:
             extract_tar(path, self.dir)
 
     def _lines(self, name):
+        """The stripped lines of file ``name``, blank ones included (line k is class k)."""
         with open(os.path.join(self.dir, name)) as f:
-            return [line.rstrip("\n") for line in f if line.strip()]
+            return [line.strip() for line in f]
 
     def get_synset_words_1000(self):
-        """``{class index: "wnid words"}``, from ``synset_words.txt``."""
+        """``{class index: "wnid words"}``, from ``synset_words.txt`` (index = line number,
+        counted from 0, as tensorpack's)."""
         return dict(enumerate(self._lines("synset_words.txt")))
 
     def get_synset_1000(self):
-        """``{class index: wnid}``, from ``synsets.txt``."""
-        return dict(enumerate(line.strip() for line in self._lines("synsets.txt")))
+        """``{class index: wnid}``, from ``synsets.txt`` (index = line number, counted from
+        0, as tensorpack's)."""
+        return dict(enumerate(self._lines("synsets.txt")))
 
     def get_image_list(self, name, dir_structure="original"):
         """``[(relative path, class index)]`` of split ``name`` ('train', 'val' or 'test'),
@@ -63,6 +67,8 @@ class ILSVRCMeta:
             else None
         ret = []
         for i, line in enumerate(self._lines(name + ".txt")):
+            if not line:
+                continue
             try:
                 fname, cls = line.split()
                 cls = int(cls)
@@ -167,16 +173,16 @@ def _parse_blob_proto(buf, path):
 class ILSVRC12Files(IndexedDataset):
     """ILSVRC-12 image files: datapoints ``[path, label]`` (``path`` is ``dir/name/<file>``).
 
-    ``dir`` holds the split folders ``train/<wnid>/*.JPEG`` and ``val/``, ``test/`` (flat, the
-    'original' structure, or with class sub-folders, the 'train' structure; guessed when
-    ``dir_structure`` is None). The image list comes from :class:`ILSVRCMeta` (``meta_dir``).
-    ``shuffle=None`` shuffles the train split only."""
+    ``dir`` (``~`` expanded) holds the split folders ``train/<wnid>/*.JPEG`` and ``val/``,
+    ``test/`` (flat, the 'original' structure, or with class sub-folders, the 'train'
+    structure; guessed when ``dir_structure`` is None). The image list comes from
+    :class:`ILSVRCMeta` (``meta_dir``). ``shuffle=None`` shuffles the train split only."""
 
     def __init__(self, dir, name, meta_dir=None, shuffle=None, dir_structure=None):
         if name not in ("train", "test", "val"):
             raise ValueError(f"{type(self).__name__}: name must be 'train', 'val' or 'test', "
                              f"got {name!r}")
-        self.full_dir = os.path.join(dir, name)
+        self.full_dir = os.path.join(os.path.expanduser(dir), name)
         if not os.path.isdir(self.full_dir):
             raise FileNotFoundError(f"{self.full_dir}: no such directory")
         self.name = name
@@ -243,7 +249,8 @@ class TinyImageNet(IndexedDataset):
     """Tiny ImageNet 200: datapoints ``[image, label]``, ``image`` uint8 (64, 64, 3) **BGR**,
     ``label`` in [0, 200) (the line of its wnid in ``dir/wnids.txt``). Split 'train' reads
     ``dir/train/<wnid>/images/*`` (sorted), 'val' reads ``dir/val/val_annotations.txt`` and
-    ``dir/val/images/``. ``shuffle=None`` shuffles the train split only."""
+    ``dir/val/images/`` (``~`` in ``dir`` is expanded). ``shuffle=None`` shuffles the train
+    split only."""
 
     def __init__(self, dir, name, shuffle=None):
         self._cv2 = require("cv2", "TinyImageNet")
@@ -251,6 +258,7 @@ class TinyImageNet(IndexedDataset):
             raise ValueError(f"TinyImageNet: name must be 'train' or 'val', got {name!r}")
         self.name = name
         self.shuffle = (name == "train") if shuffle is None else shuffle
+        dir = os.path.expanduser(dir)
         with open(os.path.join(dir, "wnids.txt")) as f:
             wnids = [line.strip() for line in f if line.strip()]
         if len(wnids) != 200:

@@ -32,7 +32,7 @@ def _read_idx(path, magic):
         raise ValueError(f"{path}: invalid magic number {found}, expected {magic}")
     shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
     count = int(np.prod(shape))
-    if len(data) - header != count:
+    if len(data) - header < count:      # (bytes after the data are ignored, as tensorpack does)
         raise ValueError(f"{path}: {len(data) - header} bytes of data, the header "
                          f"announces {shape} = {count}")
     return np.frombuffer(data, np.uint8, count, header).reshape(shape)

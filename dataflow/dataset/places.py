@@ -12,7 +12,8 @@ class Places365Standard(IndexedDataset):
     ``label`` the index of the image's class name among the sorted class names of the list.
 
     ``dir/<name>.txt`` ('train' or 'val') lists one image per line as a path relative to
-    ``dir`` whose second component is the class name (``val/airfield/0001.jpg``).
+    ``dir`` (``~`` expanded) whose second component is the class name
+    (``val/airfield/0001.jpg``).
     ``shuffle=None`` shuffles the train split only."""
 
     def __init__(self, dir, name, shuffle=None):
@@ -21,6 +22,7 @@ class Places365Standard(IndexedDataset):
             raise ValueError(f"Places365Standard: name must be 'train' or 'val', got {name!r}")
         self.name = name
         self.shuffle = (name == "train") if shuffle is None else shuffle
+        dir = os.path.expanduser(dir)
         listing = os.path.join(dir, name + ".txt")
         entries = []
         with open(listing) as f:
