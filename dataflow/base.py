@@ -43,6 +43,7 @@ What a new dataflow gets without writing them:
   re-iterates that many datapoints (exact only when the source is deterministic).
 """
 import threading
+import weakref
 
 from . import checkpoint as _ckpt
 from . import rng as _rng
@@ -146,19 +147,32 @@ def _count_for_replay(cls):
 
 
 class _ReplayPosition(_ckpt.PassPosition):
-    """The pass and count of a dataflow counted by :func:`_count_for_replay`."""
+    """The pass and count of a dataflow counted by :func:`_count_for_replay`, kept in the
+    dataflow's ``_dfreplay``. It refers to its dataflow weakly (a reference cycle would keep a
+    dropped dataflow, and whatever workers it holds, alive until the garbage collector runs), so
+    that a shallow copy (``copy.copy``), whose ``_dfreplay`` is the original's, is told apart and
+    gets a count of its own; a pickled copy brings its count along and claims it."""
 
     def __init__(self, owner):
-        self.owner = owner         # a copy of the dataflow (copy.copy) gets its own
+        self.owner = weakref.ref(owner)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["owner"] = None                   # claimed by the dataflow it is unpickled with
+        return state
 
 
 def _replay_position(df):
+    # object's own attribute access: a user class's __getattr__/__setattr__ is not involved
     try:
         pos = object.__getattribute__(df, "_dfreplay")
-        if pos.owner is df:
-            return pos
     except AttributeError:
-        pass
+        pos = None
+    if pos is not None:
+        if pos.owner is None:
+            pos.owner = weakref.ref(df)
+        if pos.owner() is df:
+            return pos
     pos = _ReplayPosition(df)
     object.__setattr__(df, "_dfreplay", pos)
     return pos

@@ -143,6 +143,42 @@ def test_own_attributes_named_like_the_replay_count_are_left_alone():
     assert list(iter(again)) == expected[1:]
 
 
+def test_a_counted_user_dataflow_is_freed_when_dropped_and_its_copies_count_apart():
+    import copy
+    import gc
+    import pickle
+    import weakref
+
+    df = _Counted()
+    df.reset_state()
+    it = iter(df)
+    next(it)
+    # the count refers to its dataflow weakly: no reference cycle keeps a dropped one alive
+    pickled = pickle.dumps(df)
+    shallow = copy.copy(df)
+    gone = weakref.ref(df)
+    gc.disable()
+    try:
+        del df, it
+        assert gone() is None
+    finally:
+        gc.enable()
+    restored = pickle.loads(pickled)            # a pickled copy brings its count along
+    assert restored.state_dict(replay=True)["state"]["pos"] == 1
+    assert next(iter(restored)) == [0]          # (a new pass starts from the top)
+    next(iter(shallow))
+    assert shallow.state_dict(replay=True)["state"]["pos"] == 1   # its own count
+
+
+class _Counted(DataFlow):
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        for i in range(3):
+            yield [i]
+
+
 # ---------------------------------------------------------------- MapData
 
 def test_mapdata_maps_in_order_and_drops_none():
