@@ -347,8 +347,12 @@ class CopiesPosition:
     def _tracked(self, it):
         """The datapoints of ``it`` (``(copy, n, mark, datapoint)`` each), recording where each
         copy is."""
-        records = self._records
+        records = None
         for copy_id, n, mark, dp in it:
+            if records is None:
+                # taken once the pass has started: its first next() may have started the
+                # workers (no reset_state() before, or one after close()), making new records
+                records = self._records
             try:
                 rec = records[copy_id]
             except IndexError:          # a worker added by the autotuner ("auto")

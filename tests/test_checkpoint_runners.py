@@ -292,3 +292,34 @@ def test_autotuned_runner_records_the_copies_it_adds(no_leaks):
         assert "replay_of" in df.state_dict(replay=True)["state"]
     finally:
         df.close()
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes", "zmq"])
+def test_runner_iterated_without_reset_state_or_after_close_records_its_copies(no_leaks, kind):
+    """A runner, like the maps, starts its workers at the first next() when reset_state() was
+    not called, or again after close(); its records of the copies are then the new ones (they
+    were the old ones, or none: a TypeError without reset_state, and after close() a state
+    that started every copy afresh, repeating what the caller had)."""
+    def make():
+        src = D.DataFromList([[k] for k in range(10)], shuffle=False)
+        if kind == "threads":
+            return D.MultiThreadRunner(lambda: src, 3, 1)
+        if kind == "zmq":
+            return D.MultiProcessRunnerZMQ(src, 1, hwm=3)
+        return D.MultiProcessRunner(src, 3, 1)
+    df = make()
+    try:
+        assert list(df) == [[k] for k in range(10)]        # no reset_state() before
+        df.close()
+        it = iter(df)
+        first = [next(it)[0] for _ in range(3)]
+        state = through_json(df.state_dict())
+    finally:
+        df.close()
+    df = make()
+    df.load_state_dict(state)
+    try:
+        rest = [dp[0] for dp in df]
+    finally:
+        df.close()
+    assert first + rest == list(range(10))

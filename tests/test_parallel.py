@@ -439,6 +439,24 @@ def test_closing_the_head_closes_the_whole_pipeline():
     head.close()
 
 
+def test_closing_a_thread_runner_closes_its_copies():
+    """MultiThreadRunner's copies run in this process: close() stops what they started (here
+    each copy's worker processes) at once; they stayed until the copies were collected."""
+    copies = []
+
+    def get_df():
+        copies.append(D.MultiProcessMapData(Numbers(10), 2, double, strict=True))
+        return copies[-1]
+    with D.MultiThreadRunner(get_df, 3, 2) as df:
+        df.reset_state()
+        assert len([dp for dp in df]) == 10
+    assert len(copies) == 2 and all(c._exec is None for c in copies)     # held, yet closed
+    df.reset_state()         # new copies; the old ones are closed as the runner restarts
+    assert len(list(df)) == 10 and len(copies) == 4 and copies[2]._exec is not None
+    df.close()
+    assert all(c._exec is None for c in copies)
+
+
 @pytest.mark.parametrize("strict", [True, False])
 @pytest.mark.parametrize("then", ["close", "reset_state"])
 def test_resuming_a_pass_after_close_raises_clearly(make, strict, then):

@@ -1308,6 +1308,18 @@ def test_runner_prefetch_sizes_are_named_as_given(make, name):
             make(bad)
 
 
+def test_map_and_batch_default_buffer_takes_num_proc_as_multiprocess_map_data_does():
+    # the default buffer_size was computed from num_proc before it was checked: None (the
+    # CPUs, as MultiProcessMapData takes it) and a bad count raised a bare TypeError
+    src = D.DataFromList([[i] for i in range(4)], shuffle=False)
+    with D.MultiProcessMapAndBatchData(src, None, _identity, 2) as df:
+        assert df.num_workers == D.parallel.threads.available_cpus()
+        assert df.buffer_size_datapoints == 2 * max(4, 2 * df.num_workers)
+    for bad in ("x", 0, 1.5):
+        with pytest.raises(ValueError, match="the number of workers must be a positive int"):
+            D.MultiProcessMapAndBatchData(src, bad, _identity, 2)
+
+
 def _identity(dp):
     return dp
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import checkpoint as _ckpt
 from .. import config
-from .._helpers import available_cpus, check_int, dataflow_length, repeat_forever
+from .._helpers import available_cpus, check_int, dataflow_length, is_int, repeat_forever
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
@@ -49,7 +49,7 @@ class MultiThreadMapData(ParallelMapData):
         buffer_size: at most this many datapoints are in workers or waiting to be yielded.
         strict: each pass yields exactly the datapoints of one pass of ``ds``, each once. When
             false (tensorpack's default) the source is repeated forever and each pass yields
-            ``len(ds)`` results.
+            the results of ``len(ds)`` source datapoints (fewer when ``map_func`` drops some).
         ordered: yield results in source order.
         on_error: when ``map_func`` raises: ``"raise"`` re-raises the original exception in the
             consumer (the worker's traceback is its ``__cause__``); ``"skip"`` drops the datapoint
@@ -108,7 +108,8 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
     is known, and never ends otherwise. Errors in a copy reach the consumer with their original
     type. ``state_dict()`` records where each copy is (see
     :class:`dataflow.checkpoint.CopiesPosition`); a state loads into a runner with the same
-    ``num_thread``.
+    ``num_thread``. ``close()`` (and ``reset_state()``, which makes new copies) closes the
+    copies, and so stops whatever workers they started.
     """
     executor = THREAD
     _autotune_ok = False       # one copy of the dataflow per thread: a fixed count
@@ -121,13 +122,25 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
         self.num_prefetch = check_int("num_prefetch", num_prefetch, 1)    # not "buffer_size"
         self.num_thread = num_thread
         self._model = None         # one dataflow of get_df(), for len() and the fingerprint
+        self._copies = []          # the running copies: close() closes them
         super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
 
     def _reset_source(self):
         self._dfs = [self.get_df() for _ in range(self.num_workers)]
+        self._copies = list(self._dfs)
         for df in self._dfs:
             df.reset_state()
         self.ds = _Tickets(dataflow_length(self._dfs[0]))
+
+    def _stop(self):
+        # The copies run in this process: the workers that they started (a parallel map in
+        # get_df()'s pipeline) stop with the runner's threads, not when the copies are collected.
+        super()._stop()
+        copies, self._copies = self._copies, []
+        for df in copies:
+            close = getattr(df, "close", None)
+            if callable(close):
+                close()
 
     def _make_executor(self):
         entries = self._copy_entries() or [None] * self.num_workers
@@ -357,8 +370,9 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         if n is not None and batch_size > n:
             raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")
         if buffer_size is None:
-            buffer_size = batch_size * max(4, 2 * (available_cpus() if num_proc == "auto"
-                                                   else num_proc))
+            # (None and "auto" as MultiProcessMapData takes them; a bad num_proc is named there)
+            workers = available_cpus() if num_proc is None or num_proc == "auto" else num_proc
+            buffer_size = batch_size * max(4, 2 * (int(workers) if is_int(workers) else 1))
         else:
             buffer_size = check_int("buffer_size", buffer_size, 1)
         self.batch_size = batch_size
