@@ -837,7 +837,30 @@ def test_map_function_that_cannot_be_pickled(method):
             with pytest.raises(TypeError, match="cannot be sent to worker processes") as info:
                 df.reset_state()
             assert "lock" in str(info.value)
+            # a note says why it was pickled and the ways out
+            note, = info.value.__notes__
+            assert f"start_method={method!r} starts workers as new processes" in note
+            assert "start_method='fork'" in note and "chosen because" not in note
             del info
+
+
+def test_an_unpicklable_map_function_under_the_default_method_says_why_it_was_pickled():
+    lock = threading.Lock()
+    f = lambda dp: [dp[0], lock.locked()]      # noqa: E731
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)  # another thread: fork is not chosen
+    other.start()
+    try:
+        with D.MultiProcessMapData(numbers(3), 2, f, strict=True) as df:
+            with pytest.raises(TypeError, match="cannot be sent to worker processes") as info:
+                df.reset_state()
+            note, = info.value.__notes__
+            assert ("chosen because other threads run in this process" in note) == \
+                (mp.get_all_start_methods()[0] == "fork")
+            del info
+    finally:
+        stop.set()
+        other.join()
 
 
 def test_a_runner_whose_dataflow_cannot_be_pickled_names_the_dataflow():

@@ -22,7 +22,7 @@ import warnings
 import zmq
 
 from .. import config, rng
-from .._helpers import check_int
+from .._helpers import add_note, check_int
 from .protocol import CLOSED_WHILE_ITERATING, ERR, PROCESS, Executor, WorkerError
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
@@ -119,6 +119,7 @@ class ProcessExecutor(Executor):
                  shm_budget=None, name="dataflow-worker"):
         shm_budget = SHM_BUDGET if shm_budget is None else shm_budget
         method = start_method or default_start_method()
+        self._method_given = start_method is not None
         if method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, "
                              f"got {start_method!r}")
@@ -211,6 +212,8 @@ class ProcessExecutor(Executor):
             explained = resources.explain_start_failure(e, wid, len(self._workers))
             if explained is not None:
                 raise explained from e
+            if isinstance(e, TypeError) and "cannot be sent to worker processes" in str(e):
+                add_note(e, self._why_pickled())
             raise
         finally:
             theirs.close()
@@ -221,6 +224,17 @@ class ProcessExecutor(Executor):
         self._poller.register(sock, zmq.POLLIN)
         self._poller.register(p.sentinel, zmq.POLLIN)
         return w
+
+    def _why_pickled(self):
+        """A note for an object that does not pickle: why it had to, and the ways out."""
+        why = f"start_method={self.start_method!r} starts workers as new processes, so what they "\
+              f"run is pickled (with fork it is inherited)"
+        if not self._method_given and mp.get_all_start_methods()[0] == "fork":   # (Linux)
+            why += "; it was chosen because other threads run in this process, which makes fork " \
+                   "unsafe"
+        return (f"({why}. Make the function and the dataflow picklable: no locks, sockets, open "
+                f"files or generator objects in what they refer to, e.g. create them inside the "
+                f"function; or pass start_method='fork' if forking this process is safe.)")
 
     @property
     def pids(self):
