@@ -232,6 +232,18 @@ def test_dumps_errors():
         codec.dumps([np.datetime64("2020-01-01")])
 
 
+def test_msgpack_int_out_of_range_error_names_the_int():
+    # was "cannot encode an object of type builtins.int"; tensorpack's msgpack raises too
+    with pytest.raises(TypeError, match=r"the int 18446744073709551616 as msgpack: .*-2\*\*63 "
+                                        r"to 2\*\*64 - 1"):
+        codec.dumps([1, {"k": 2**64}])
+    with pytest.raises(TypeError, match=r"the int -9223372036854775809 "):
+        codec.Encoder()([-2**63 - 1])
+    with pytest.raises(TypeError, match=r"the int of 16610 bits"):
+        codec.dumps([np.zeros(20_000, "u1"), 10**5000])
+    assert codec.loads(codec.dumps([2**64 - 1, -2**63])) == [2**64 - 1, -2**63]
+
+
 def test_small_batch_decodes_in_order_and_finds_the_bad_value():
     vals = [[i, np.full(3, i, "f4")] for i in range(10)]
     batch = codec.SmallBatch(True, size=4)

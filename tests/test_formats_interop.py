@@ -109,6 +109,32 @@ LMDBSerializer.save(DataFromList(make_datapoints(), shuffle=False), {str(path)!r
     df.close()
 
 
+@pytest.mark.parametrize("serialize", ["pickle", "msgpack"])
+def test_none_datapoints_are_dropped_as_tensorpack_drops_them(tmp_path, serialize):
+    # tensorpack's load is MapData(reader, loads), which drops a None; they were yielded here
+    dps = "[None, [1, b'x'], None, [2, b'y'], None]"
+    path = tmp_path / "tp.lmdb"
+    out = run_tensorpack(f"""
+from tensorpack.dataflow import DataFromList, LMDBSerializer
+LMDBSerializer.save(DataFromList({dps}, shuffle=False), {str(path)!r})
+df = LMDBSerializer.load({str(path)!r}, shuffle=False)
+df.reset_state()
+print("GOT", len(df), [dp for dp in df])
+""", serialize=serialize)
+    want = [[1, b"x"], [2, b"y"]]
+    assert out.strip().splitlines()[-1] == f"GOT 5 {want}"
+    for shuffle in (False, True):
+        df = LMDBSerializer.load(str(path), shuffle=shuffle)
+        df.reset_state()
+        assert len(df) == 5 and sorted(dp for dp in df) == want
+        df.close()
+    tfr = str(tmp_path / "ours.tfrecord")
+    TFRecordSerializer.save(DataFromList(eval(dps), shuffle=False), tfr, format=serialize)
+    df = TFRecordSerializer.load(tfr)
+    df.reset_state()
+    assert [dp for dp in df] == want
+
+
 @pytest.mark.parametrize("fmt", ["pickle", "msgpack"])
 @pytest.mark.parametrize("as_dir", [False, True])
 def test_our_lmdb_loads_in_tensorpack(tmp_path, fmt, as_dir):

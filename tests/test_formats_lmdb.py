@@ -401,6 +401,21 @@ def test_caffe_lmdb_float_data(tmp_path):
     df.close()
 
 
+def test_caffe_lmdb_images_are_writable_as_tensorpacks(tmp_path):
+    # tensorpack copies the data (np.fromstring); an in-place op on the image raised here
+    path = str(tmp_path / "caffe.lmdb")
+    chw = np.arange(24, dtype="uint8").reshape(2, 3, 4)
+    _caffe_db(path, {b"a": _datum(2, 3, 4, chw.tobytes(), label=3)})
+    for shuffle in (False, True):
+        df = CaffeLMDB(path, shuffle=shuffle)
+        df.reset_state()
+        (img, label), = list(df)
+        assert img.flags.writeable and img.shape == (3, 4, 2) and label == 3
+        img += 1
+        np.testing.assert_array_equal(img, chw.transpose(1, 2, 0) + 1)
+        df.close()
+
+
 @pytest.mark.parametrize("value, match", [
     (b"\xff\xff\xff", "not a caffe.Datum"),
     (_datum(3, 4, 5, bytes(10)), "holds 10 values"),

@@ -177,7 +177,7 @@ def test_hdf5_save_refuses_dict_datapoints_and_a_string_of_paths(tmp_path):
     path = str(tmp_path / "d.h5")
     dicts = D.DataFromList([{"img": np.zeros(2), "label": 3}], shuffle=False)
     with pytest.raises(TypeError, match=r"datapoint 0 is a dict; HDF5Serializer.save writes "
-                                        r"list or tuple datapoints"):
+                                        r"list, tuple or array datapoints"):
         D.HDF5Serializer.save(dicts, path, ["img", "label"])
     with pytest.raises(TypeError, match="data_paths must be a list of dataset names"):
         D.HDF5Serializer.save(D.DataFromList([[1]]), path, "img")
@@ -190,6 +190,30 @@ def test_hdf5_unstackable_components_name_the_dataset(tmp_path):
         D.HDF5Serializer.save(D.DataFromList(dps, shuffle=False), str(tmp_path / "a.h5"),
                               ["img"])
     assert os.listdir(tmp_path) == []
+
+
+def test_hdf5_ragged_component_names_the_dataset(tmp_path):
+    # np.shape of a ragged list raised numpy's bare "inhomogeneous shape" error
+    dps = [[1, [2, (3, 4)]], [1, [2, (3, 4)]]]
+    with pytest.raises(ValueError, match=r"dataset 'b'.*ragged list"):
+        D.HDF5Serializer.save(D.DataFromList(dps, shuffle=False), str(tmp_path / "a.h5"),
+                              ["a", "b"])
+    assert os.listdir(tmp_path) == []
+
+
+def test_hdf5_array_datapoint_rows_are_its_components_as_in_tensorpack(tmp_path):
+    # tensorpack zips an array datapoint's rows with data_paths; it was refused here
+    dps = [np.arange(6).reshape(2, 3) + i for i in range(3)]
+    path = str(tmp_path / "a.h5")
+    D.HDF5Serializer.save(D.DataFromList(dps, shuffle=False), path, ["x", "y"])
+    got = loaded(D.HDF5Data(path, ["x", "y"], shuffle=False))
+    assert len(got) == 3
+    for g, d in zip(got, dps):
+        assert g[0].dtype == d.dtype and g[0].shape == (3,)
+        np.testing.assert_array_equal(g[0], d[0])
+        np.testing.assert_array_equal(g[1], d[1])
+    with pytest.raises(TypeError, match="datapoint 0 is a float32"):
+        D.HDF5Serializer.save(D.DataFromList([np.float32(1)]), str(tmp_path / "b.h5"), ["x"])
 
 
 def test_hdf5_failing_source_leaves_no_file(tmp_path):

@@ -80,6 +80,10 @@ def _encode_default(obj):
         return {b"nd": False, b"type": obj.dtype.str, b"data": obj.tobytes()}
     if isinstance(obj, complex):
         return {b"complex": True, b"data": repr(obj)}
+    if isinstance(obj, int):        # msgpack hands on the ints it cannot hold
+        what = obj if obj.bit_length() <= 256 else f"of {obj.bit_length()} bits"
+        raise TypeError(f"cannot encode the int {what} as msgpack: it holds integers from "
+                        "-2**63 to 2**64 - 1")
     raise TypeError(f"cannot encode an object of type {type(obj).__module__}."
                     f"{type(obj).__qualname__} as msgpack")
 

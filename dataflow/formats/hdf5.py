@@ -88,8 +88,9 @@ class HDF5Serializer:
     @staticmethod
     def save(df, path, data_paths):
         """Iterate ``df`` once (after ``reset_state()``) and write component ``i`` of every
-        datapoint to dataset ``data_paths[i]``. Every datapoint must have
-        ``len(data_paths)`` components, and each component the same shape in every datapoint;
+        datapoint to dataset ``data_paths[i]``. Every datapoint (a list or tuple; an array's
+        rows are its components, as in tensorpack) must have ``len(data_paths)`` components,
+        and each component the same shape in every datapoint;
         otherwise ``ValueError`` names the file, the datapoint and the dataset. The file is
         written under a temporary name beside ``path`` and renamed when complete."""
         h5py = _h5py("HDF5Serializer")
@@ -105,9 +106,12 @@ class HDF5Serializer:
             pass
         columns = [[] for _ in data_paths]
         for i, dp in enumerate(df):
-            if not isinstance(dp, (list, tuple)):   # a dict's keys would be saved as its values
+            # a dict's keys would be saved as its values; an array's rows are its components,
+            # as tensorpack zips them
+            if not (isinstance(dp, (list, tuple)) or
+                    isinstance(dp, np.ndarray) and dp.ndim):
                 raise TypeError(f"{path}: datapoint {i} is a {type(dp).__name__}; "
-                                "HDF5Serializer.save writes list or tuple datapoints")
+                                "HDF5Serializer.save writes list, tuple or array datapoints")
             if len(dp) != len(data_paths):
                 raise ValueError(f"{path}: datapoint {i} has {len(dp)} components but "
                                  f"data_paths has {len(data_paths)} ({data_paths})")
@@ -166,13 +170,22 @@ def _string_column(col, path, p, h5py):
     return np.array(col, dtype=h5py.string_dtype(encoding))
 
 
+def _shape(c):
+    try:
+        return np.shape(c)
+    except ValueError:          # a ragged nested list has no shape
+        return "ragged"
+
+
 def _first_mismatch(col):
     if not col:
         return "no datapoints"
-    first = np.shape(col[0]), type(col[0]).__name__
+    first = _shape(col[0]), type(col[0]).__name__
     for i, c in enumerate(col):
-        here = np.shape(c), type(c).__name__
+        here = _shape(c), type(c).__name__
         if here != first:
             return (f"datapoint 0 has shape {first[0]} ({first[1]}), datapoint {i} has shape "
                     f"{here[0]} ({here[1]})")
+    if first[0] == "ragged":
+        return f"datapoint 0 has a ragged {first[1]} (nested sequences of unequal lengths)"
     return f"components of type {first[1]} have no HDF5 dtype"

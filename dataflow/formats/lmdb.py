@@ -494,14 +494,15 @@ def _pairs_before(txn, key, n):
 
 class _DecodedLMDBData(ProxyDataFlow):
     """What ``LMDBSerializer.load`` returns: the decoded datapoints of an :class:`LMDBData`
-    (``self.ds``), in its order; its position is its reader's."""
+    (``self.ds``), in its order; its position is its reader's. A record that decodes to
+    ``None`` is dropped, as tensorpack's ``MapData(LMDBData, loads)`` drops it."""
 
     def __init__(self, ds, allow_pickle):
         super().__init__(ds)
         self.allow_pickle = allow_pickle
 
     def __iter__(self):
-        return self.ds._decoded(self.allow_pickle)
+        return (dp for dp in self.ds._decoded(self.allow_pickle) if dp is not None)
 
 
 class LMDBDataDecoder(MapData):
@@ -517,8 +518,9 @@ class LMDBDataDecoder(MapData):
 
 
 def CaffeLMDB(lmdb_path, shuffle=True, keys=None):
-    """An LMDB written by Caffe: datapoints ``[image, label]``, the image an HWC array (a view
-    of the record's CHW data: uint8 from ``data``, float32 from ``float_data``).
+    """An LMDB written by Caffe: datapoints ``[image, label]``, the image an HWC array (a
+    transposed view of a writable copy of the record's CHW data, as tensorpack's
+    ``np.fromstring`` gives it: uint8 from ``data``, float32 from ``float_data``).
 
     The ``caffe.Datum`` protobuf is parsed here (no Caffe, protoc or download). A record that is
     not a Datum, or holds an encoded (JPEG/PNG) image, raises an error naming the file and key.
@@ -545,7 +547,7 @@ class _CaffeDecoder:
             raise LMDBFormatError(f"{where}: the Datum holds an encoded image (encoded=true); "
                                   "decode its data bytes with an image library instead")
         if 4 in datum and len(datum[4]):
-            img = np.frombuffer(datum[4], np.uint8)
+            img = np.frombuffer(datum[4], np.uint8)     # a bytearray: writable, as in tensorpack
         elif 6 in datum:
             img = np.asarray(datum[6], np.float32)
         else:
@@ -573,9 +575,9 @@ def _varint(buf, pos):
 
 def _parse_datum(buf):
     """The fields of a ``caffe.Datum`` message: {1: channels, 2: height, 3: width, 4: data
-    (bytes), 5: label (int32), 6: float_data (list of float), 7: encoded (bool)}. Unknown
-    fields are skipped."""
-    buf = bytes(buf)
+    (a bytearray, the one copy of the image bytes), 5: label (int32), 6: float_data (list of
+    float), 7: encoded (bool)}. Unknown fields are skipped."""
+    buf = memoryview(buf).cast("B")
     out = {}
     pos, n = 0, len(buf)
     while pos < n:
@@ -597,7 +599,7 @@ def _parse_datum(buf):
                     raise ValueError("packed float_data length is not a multiple of 4")
                 out.setdefault(6, []).extend(np.frombuffer(chunk, "<f4").tolist())
             else:
-                out[field] = chunk
+                out[field] = bytearray(chunk) if field == 4 else chunk
         elif wire == 5:
             if pos + 4 > n:
                 raise ValueError("truncated fixed32 field")
@@ -683,7 +685,8 @@ class LMDBSerializer:
         Call ``reset_state()`` before iterating. With ``shuffle=True`` (the default, as in
         tensorpack) each pass reads in random order; ``shuffle=False`` reads sequentially, which
         is much faster on disk (combine it with ``LocallyShuffleData``). Arrays of msgpack
-        datapoints are read-only (see the module doc about views).
+        datapoints are read-only (see the module doc about views). A record that decodes to
+        ``None`` is dropped, as in tensorpack (``len()`` counts it).
 
         Args:
             path (str): the LMDB file or directory.

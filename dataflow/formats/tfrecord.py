@@ -120,7 +120,8 @@ class TFRecordData(_ckpt.PassPosition, DataFlow):
                     raise type(e)(f"{where}: {e}") from None
                 pos, index = end + 4, index + 1
                 self._pos, self._offset = index, pos
-                yield dp
+                if dp is not None:      # tensorpack's MapData(loads) drops a None datapoint
+                    yield dp
             self._end_pass()
 
 
@@ -169,7 +170,8 @@ class TFRecordSerializer:
     @staticmethod
     def load(path, size=None, *, allow_pickle=True):
         """The datapoints of a TFRecord file written by :meth:`save` or by tensorpack 0.11
-        (either encoding, told from the bytes). Every pass reads the file from the start.
+        (either encoding, told from the bytes). Every pass reads the file from the start. A
+        record that decodes to ``None`` is dropped, as in tensorpack.
 
         Args:
             path (str): the file.
