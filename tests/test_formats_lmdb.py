@@ -583,21 +583,64 @@ def test_missing_record_under_shuffle(tmp_path):
 
 
 # -- saving: the map grows ------------------------------------------------------------------------
-def test_map_grows_and_no_datapoint_is_lost(tmp_path, monkeypatch):
-    import dataflow.formats.lmdb as lmdb_module
-    monkeypatch.setattr(lmdb_module, "_WRITE_MAP_SIZE", 1 << 16)     # 64 KiB: full at once
-    grown = []
+def _count_replays(monkeypatch, lmdb_module):
+    replays = []
     real_grow = lmdb_module._grow_and_replay
 
     def grow(env, txn, pending, lmdb, format):
-        grown.append(len(pending))
+        replays.append(len(pending))
         return real_grow(env, txn, pending, lmdb, format)
     monkeypatch.setattr(lmdb_module, "_grow_and_replay", grow)
+    return replays
+
+
+def test_map_grows_ahead_and_no_datapoint_is_lost(tmp_path, monkeypatch):
+    import dataflow.formats.lmdb as lmdb_module
+    monkeypatch.setattr(lmdb_module, "_WRITE_MAP_SIZE", 1 << 16)     # 64 KiB: full at once
+    monkeypatch.setattr(lmdb_module, "_PENDING_BYTES", 100_000)      # grow several times
+    replays = _count_replays(monkeypatch, lmdb_module)
     dps = datapoints(30, big=True)                                    # about 1.2 MB
     path = str(tmp_path / "g.lmdb")
     LMDBSerializer.save(DataFromList(dps, shuffle=False), path, write_frequency=7)
-    assert grown and max(grown) > 1              # uncommitted puts were replayed
+    assert replays == []               # grown before a transaction could fill the map
     assert_same(load_all(path), dps)
+
+
+def test_when_the_estimate_falls_short_the_fallback_loses_nothing(tmp_path, monkeypatch):
+    # the map fills at a put or at a commit: abort, grow, put the transaction's datapoints again
+    import dataflow.formats.lmdb as lmdb_module
+    monkeypatch.setattr(lmdb_module, "_WRITE_MAP_SIZE", 1 << 16)
+    monkeypatch.setattr(lmdb_module, "_PAGES_PER_VALUE", -1000)      # a bound far too low
+    monkeypatch.setattr(lmdb_module, "_MARGIN_PAGES", 0)
+    replays = _count_replays(monkeypatch, lmdb_module)
+    dps = datapoints(30, big=True)
+    path = str(tmp_path / "f.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path, write_frequency=7)
+    assert replays and max(replays) > 1
+    assert_same(load_all(path), dps)
+
+
+def test_a_source_that_reuses_its_array_is_saved_as_yielded_while_the_map_grows(
+        tmp_path, monkeypatch):
+    # a full map aborts the transaction; putting its datapoints again re-encoded them, and a
+    # source that changes one buffer in place then had every uncommitted record written as its
+    # latest value. The map now grows between transactions, so nothing is encoded twice.
+    import dataflow.formats.lmdb as lmdb_module
+    monkeypatch.setattr(lmdb_module, "_WRITE_MAP_SIZE", 1 << 16)
+    monkeypatch.setattr(lmdb_module, "_PENDING_BYTES", 100_000)
+    replays = _count_replays(monkeypatch, lmdb_module)
+    buf = np.zeros(20_000, np.uint8)
+
+    def reused():
+        for i in range(40):
+            buf[:] = i                 # the same array, changed in place
+            yield [buf, i]
+    path = str(tmp_path / "r.lmdb")
+    LMDBSerializer.save(dataflow.DataFromGenerator(reused), path, write_frequency=1000)
+    assert replays == []
+    got = load_all(path)
+    assert [int(dp[1]) for dp in got] == list(range(40))
+    assert all(np.all(dp[0] == i) for i, dp in enumerate(got))
 
 
 def test_saved_file_is_its_pages_not_the_write_map(tmp_path):

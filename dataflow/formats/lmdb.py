@@ -664,7 +664,7 @@ class LMDBSerializer:
                         meminit=False, map_async=True, sync=False, writemap=True)
         try:
             _write(env, df, path, write_frequency, format, lmdb)
-            used = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+            used = _used_bytes(env)
             env.sync(True)
             env.close()
             os.truncate(tmp, used)
@@ -724,13 +724,25 @@ def _check_layout(ds, allow_pickle):
 
 
 def _write(env, df, path, write_frequency, format, lmdb):
+    """Put every datapoint of ``df``, then the ``__keys__`` record, committing every
+    ``write_frequency`` datapoints or ``_PENDING_BYTES`` of values.
+
+    The map grows before a transaction could fill it: when the uncommitted values and the next
+    one might not fit (a generous bound: each value's bytes and ``_PAGES_PER_VALUE`` pages, plus
+    ``_MARGIN_PAGES``), the transaction is committed first and the map enlarged. A full map
+    aborts the whole transaction, and putting its datapoints again would mean encoding them
+    again, after the source may have changed them in place (a reused buffer). That remains only
+    the fallback for a bound that falls short."""
     dumps = codec.Encoder(format)
+    psize = env.stat()["psize"]
+    per_value, margin = _PAGES_PER_VALUE * psize, _MARGIN_PAGES * psize
     keys = []
-    # The uncommitted datapoints, encoded again if the map must grow (MapFullError loses the
-    # transaction). Keeping the datapoints, not their encodings, lets each encoding's memory be
-    # reused by the next one: fresh memory for every 150 KB value cost more than the write.
-    # (The encoder packs every value into one buffer, reused the same way.)
+    # The uncommitted datapoints, for the fallback. Keeping the datapoints, not their
+    # encodings, lets each encoding's memory be reused by the next one: fresh memory for every
+    # 150 KB value cost more than the write. (The encoder packs every value into one buffer.)
     pending, pending_bytes = [], 0
+    room = env.info()["map_size"] - _used_bytes(env) - margin    # for this transaction
+    taken = 0                                                     # of room, by the bound
     txn = env.begin(write=True)
     try:
         for i, dp in enumerate(df):
@@ -742,6 +754,13 @@ def _write(env, df, path, write_frequency, format, lmdb):
                                 f"{type(dp).__name__}) cannot be encoded as {format}: {e}"
                                 f"{codec.pickle_hint(format)}") \
                     from e
+            need = len(value) + per_value
+            if taken + need > room:
+                _commit(env, txn, pending, lmdb, format)
+                pending, pending_bytes, taken = [], 0, 0
+                room = _grow(env, need + _PENDING_BYTES + per_value, margin)
+                txn = env.begin(write=True)
+            taken += need
             keys.append(key)
             pending.append((key, dp))
             pending_bytes += len(value)
@@ -749,20 +768,59 @@ def _write(env, df, path, write_frequency, format, lmdb):
                 txn.put(key, value, append=i < 10**8)
             except lmdb.MapFullError:
                 txn = _grow_and_replay(env, txn, pending, lmdb, format)
+                room = env.info()["map_size"] - _used_bytes(env) - margin
             del value
             if len(pending) >= write_frequency or pending_bytes >= _PENDING_BYTES:
-                txn.commit()
+                _commit(env, txn, pending, lmdb, format)
                 txn = env.begin(write=True)
-                pending, pending_bytes = [], 0
+                pending, pending_bytes, taken = [], 0, 0
+                room = env.info()["map_size"] - _used_bytes(env) - margin
+        value = dumps(keys)
+        if taken + len(value) + per_value > room:
+            _commit(env, txn, pending, lmdb, format)
+            pending = []
+            _grow(env, len(value) + per_value, margin)
+            txn = env.begin(write=True)
         pending.append((_KEYS, keys))
         try:
-            txn.put(_KEYS, dumps(keys))
+            txn.put(_KEYS, value)
         except lmdb.MapFullError:
             txn = _grow_and_replay(env, txn, pending, lmdb, format)
-        txn.commit()
+        _commit(env, txn, pending, lmdb, format)
     except BaseException:
         txn.abort()
         raise
+
+
+# The bound on what a transaction takes of the map (see _write): a leaf page and a page of the
+# tree's copy-on-write per value, and a margin for the free list.
+_PAGES_PER_VALUE = 2
+_MARGIN_PAGES = 16
+
+
+def _used_bytes(env):
+    return (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+
+
+def _grow(env, needed, margin):
+    """Double the map until ``needed`` bytes fit beyond its used pages and ``margin`` (no
+    transaction may be open); return the room left for a transaction."""
+    size, used = env.info()["map_size"], _used_bytes(env)
+    while size - used - margin < needed:
+        size *= 2
+    env.set_mapsize(size)
+    return size - used - margin
+
+
+def _commit(env, txn, pending, lmdb, format):
+    """Commit ``txn``; a full map at the commit (the free list needs pages too) is the
+    fallback's case: grow and put ``pending`` again, then commit that."""
+    while True:
+        try:
+            txn.commit()
+            return
+        except lmdb.MapFullError:
+            txn = _grow_and_replay(env, txn, pending, lmdb, format)
 
 
 def _grow_and_replay(env, txn, pending, lmdb, format):
