@@ -15,7 +15,6 @@
 """
 import contextlib
 import gzip
-import http.client
 import os
 import shutil
 import tarfile
@@ -75,6 +74,7 @@ def download(url, dir, filename=None, expect_size=None):
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        import http.client      # (urllib's; not at import: ssl and email come with it)
         if isinstance(e, (OSError, http.client.HTTPException)) and \
                 not str(e).startswith("download of"):
             raise IOError(f"download of {url} failed: {type(e).__name__}: {e}") from e
