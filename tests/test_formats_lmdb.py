@@ -643,6 +643,27 @@ def test_a_source_that_reuses_its_array_is_saved_as_yielded_while_the_map_grows(
     assert all(np.all(dp[0] == i) for i, dp in enumerate(got))
 
 
+def test_save_flushes_in_a_thread_that_ends_with_it_also_on_an_error(tmp_path):
+    import threading
+
+    def writeback_threads():
+        return [t for t in threading.enumerate() if t.name == "dataflow-lmdb-writeback"]
+    dps = datapoints(30, big=True)
+    path = str(tmp_path / "t.lmdb")
+    LMDBSerializer.save(DataFromList(dps, shuffle=False), path, write_frequency=5)
+    assert writeback_threads() == []
+    assert_same(load_all(path), dps)
+
+    def failing():
+        yield from dps[:12]
+        raise OSError("the source broke")
+    with pytest.raises(OSError, match="the source broke"):
+        LMDBSerializer.save(dataflow.DataFromGenerator(failing), str(tmp_path / "u.lmdb"),
+                            write_frequency=5)
+    assert writeback_threads() == []
+    assert sorted(os.listdir(tmp_path)) == ["t.lmdb", "t.lmdb-lock"]   # nothing half-written
+
+
 def test_saved_file_is_its_pages_not_the_write_map(tmp_path):
     # the writer's map (MDB_WRITEMAP) sizes the file while it is written; the saved file is cut
     # to the pages LMDB used, and reads back with and without the cut

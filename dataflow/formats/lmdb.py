@@ -659,11 +659,13 @@ class LMDBSerializer:
         # A write map: LMDB writes pages straight into a shared map of the file, not into
         # malloc'd pages it then pwrite()s: for 150 KB values about half the system time (the
         # file is sized to the map while it is written, and cut to its pages at the end). No
-        # sync per commit: one flush to disk at the end, before the rename.
+        # sync per commit: a thread flushes what the commits wrote while the next values are
+        # encoded (_writeback), and one flush at the end, before the rename, waits for the rest.
         env = lmdb.open(tmp, subdir=False, map_size=_WRITE_MAP_SIZE, readonly=False,
                         meminit=False, map_async=True, sync=False, writemap=True)
         try:
-            _write(env, df, path, write_frequency, format, lmdb)
+            with _writeback(tmp) as kick:
+                _write(env, df, path, write_frequency, format, lmdb, kick)
             used = _used_bytes(env)
             env.sync(True)
             env.close()
@@ -723,7 +725,7 @@ def _check_layout(ds, allow_pickle):
         env.release()
 
 
-def _write(env, df, path, write_frequency, format, lmdb):
+def _write(env, df, path, write_frequency, format, lmdb, kick=lambda: None):
     """Put every datapoint of ``df``, then the ``__keys__`` record, committing every
     ``write_frequency`` datapoints or ``_PENDING_BYTES`` of values.
 
@@ -772,6 +774,7 @@ def _write(env, df, path, write_frequency, format, lmdb):
             del value
             if len(pending) >= write_frequency or pending_bytes >= _PENDING_BYTES:
                 _commit(env, txn, pending, lmdb, format)
+                kick()
                 txn = env.begin(write=True)
                 pending, pending_bytes, taken = [], 0, 0
                 room = env.info()["map_size"] - _used_bytes(env) - margin
@@ -796,6 +799,39 @@ def _write(env, df, path, write_frequency, format, lmdb):
 # tree's copy-on-write per value, and a margin for the free list.
 _PAGES_PER_VALUE = 2
 _MARGIN_PAGES = 16
+
+
+@contextlib.contextmanager
+def _writeback(path):
+    """A function that has a thread flush the file's pages to disk (``fdatasync``), so that the
+    disk writes what the last transactions wrote while this thread encodes the next ones, and
+    the flush before the rename finds little left (4,000 values of 150 KB: 3,379 and 3,570
+    datapoints/s against 2,375 and 3,327 with the one flush at the end, and a lowest run of
+    3,112 against 1,867; the page cache otherwise holds it all until that flush). A call while
+    a flush runs asks for one more after it. The thread ends, its flush done, when the block
+    does."""
+    fd = os.open(path, os.O_RDONLY)
+    wanted, stop = threading.Event(), threading.Event()
+
+    def flush():
+        while True:
+            wanted.wait()
+            wanted.clear()
+            if stop.is_set():
+                return
+            try:
+                os.fdatasync(fd)
+            except OSError:
+                return              # the final sync reports what is wrong
+    t = threading.Thread(target=flush, name="dataflow-lmdb-writeback", daemon=True)
+    t.start()
+    try:
+        yield wanted.set
+    finally:
+        stop.set()
+        wanted.set()
+        t.join()
+        os.close(fd)
 
 
 def _used_bytes(env):
