@@ -179,9 +179,7 @@ def _replay_position(df):
 
 
 def _replay_get_position(self):
-    s = _ckpt.PassPosition._get_position(_replay_position(self))
-    s[_ckpt.REPLAY] = type(self).__name__
-    return s
+    return _ckpt.replay_state(_replay_position(self), self)
 
 
 def _replay_set_position(self, position):

@@ -21,7 +21,7 @@ need the global seed).
 import numpy as np
 
 __all__ = ["STATE_FORMAT", "envelope", "unwrap", "fingerprint", "PassPosition",
-           "replay_counted", "replay_state", "replay_abandon", "skipped", "ranges",
+           "replay_counted", "replay_state", "skipped", "ranges",
            "CopiesPosition", "MARK_EVERY", "copy_mark", "refill", "rereadable", "base_seed", "IndexedSource", "keyed_permutation", "keyed_generator"]
 
 #: version of the dict ``state_dict()`` returns; ``load_state_dict`` refuses any other
@@ -257,15 +257,12 @@ def _counted(df, make_iterator, start):
 _END = object()
 
 
-def replay_state(df):
-    """The position of a :func:`replay_counted` source, marked as needing replay."""
+def replay_state(df, of=None):
+    """The position of a :func:`replay_counted` source ``df``, marked as needing replay and
+    named after ``of`` (the dataflow whose count ``df`` keeps; default ``df`` itself)."""
     s = PassPosition._get_position(df)
-    s[REPLAY] = type(df).__name__
+    s[REPLAY] = type(df if of is None else of).__name__
     return s
-
-
-def replay_abandon(df):
-    PassPosition._abandon(df)
 
 
 replay_state.replay_default = True
