@@ -120,3 +120,21 @@ def endless(name):
     ``list()`` fails at once (``base.UnknownLengthError``, also a ``TypeError``, would make it
     iterate forever)."""
     raise NotImplementedError(f"{name} is endless: len() is unavailable")
+
+
+def progress_bar(**kwargs):
+    """A ``tqdm`` progress bar made with ``kwargs``, or None when tqdm is not installed.
+
+    The bar starts no monitor thread. tqdm's, started by its first bar, lives until the process
+    exits, and a process with a second thread no longer forks its workers by default (see
+    :func:`dataflow.parallel.start.default_start_method`): one progress bar would have made
+    every later ``MultiProcessMapData`` start its workers through the fork server."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+
+    class ProgressBar(tqdm):
+        monitor_interval = 0
+
+    return ProgressBar(**kwargs)

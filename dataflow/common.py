@@ -19,7 +19,7 @@ from . import checkpoint as _ckpt
 from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
-                       func_name, is_int, pass_progress, repeat_forever)
+                       func_name, is_int, pass_progress, progress_bar, repeat_forever)
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
@@ -91,13 +91,11 @@ class TestDataSpeed(ProxyDataFlow):
             for _ in range(self.warmup):
                 next(itr)
             _reset_stats(self.ds)          # the statistics cover the timed datapoints
-            try:
-                import tqdm        # optional dependency: a progress bar when installed
-            except ImportError:
-                tqdm = None
-            if tqdm is not None:
-                with tqdm.tqdm(total=self.test_size, leave=True, smoothing=0.2,
-                               dynamic_ncols=True) as pbar:
+            # optional dependency: a progress bar when tqdm is installed
+            pbar = progress_bar(total=self.test_size, leave=True, smoothing=0.2,
+                                dynamic_ncols=True)
+            if pbar is not None:
+                with pbar:
                     t0 = time.perf_counter()
                     for _ in range(self.test_size):
                         next(itr)

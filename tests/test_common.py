@@ -1,5 +1,6 @@
 import logging
 import sys
+import threading
 from collections import Counter
 
 import numpy as np
@@ -815,6 +816,17 @@ def test_testdataspeed_with_tqdm_loops_source(capsys):
     assert isinstance(speed, float) and speed > 0
     assert src.resets == 1
     assert src.passes == 4  # 23 datapoints from a source of 7
+    assert "datapoints/s" in capsys.readouterr().out
+
+
+def test_testdataspeed_progress_bar_leaves_no_thread_behind(capsys, monkeypatch):
+    # tqdm's monitor thread, started by its first bar, would live until exit, and with a
+    # second thread running, process dataflows no longer fork their workers by default
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 10)     # tqdm's default (see conftest)
+    before = {t.ident for t in threading.enumerate()}
+    TestDataSpeed(Counting(7), size=20).start()
+    assert {t.name for t in threading.enumerate() if t.ident not in before} == set()
     assert "datapoints/s" in capsys.readouterr().out
 
 

@@ -133,12 +133,11 @@ def test_two_addresses_count_per_address(no_leaks, ipc_addr):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract ipc names are Linux's")
-def test_efficient_dataflow_tutorial_distributed_setup(no_leaks, monkeypatch):
+def test_efficient_dataflow_tutorial_distributed_setup(no_leaks):
     """tensorpack's efficient-dataflow tutorial: a local sender on an abstract ipc name
     (``ipc://@name``, no file), a remote one over tcp, one receiver bound to both, measured with
     TestDataSpeed."""
-    tqdm = pytest.importorskip("tqdm")
-    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)     # tqdm's own monitor thread
+    pytest.importorskip("tqdm")          # TestDataSpeed's progress bar, as in the tutorial
     local = f"ipc://@df-tutorial-{os.getpid()}-{os.urandom(4).hex()}"
     tcp = free_tcp_addr()              # the tutorial binds tcp://0.0.0.0:8877; loopback here
     with sender(local), sender(tcp, n=2):

@@ -21,6 +21,8 @@ import tarfile
 import tempfile
 import zlib
 
+from .._helpers import progress_bar
+
 __all__ = ["get_dataset_path", "download", "dataset_url", "extract_tar"]
 
 CHUNK = 1 << 20
@@ -101,7 +103,8 @@ def _fetch(url, out, label):
     with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
         length = resp.headers.get("Content-Length")
         announced = int(length) if length and length.isdigit() else None
-        bar = _progress_bar(announced, label)
+        bar = progress_bar(total=announced, unit="B", unit_scale=True, unit_divisor=1024,
+                           desc=label, leave=False)
         got = 0
         try:
             while True:
@@ -116,19 +119,6 @@ def _fetch(url, out, label):
             if bar is not None:
                 bar.close()
     return got, announced
-
-
-def _progress_bar(total, label):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-
-    class Bar(tqdm):
-        monitor_interval = 0        # no process-wide monitor thread left behind by a download
-
-    return Bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-                leave=False)
 
 
 def extract_tar(archive, dir):
