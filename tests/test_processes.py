@@ -760,7 +760,32 @@ def test_default_start_method(monkeypatch, methods, chosen, threads, expected):
     monkeypatch.setattr(start.mp, "get_all_start_methods", lambda: list(methods))
     monkeypatch.setattr(start.mp, "get_start_method", lambda allow_none=False: chosen)
     monkeypatch.setattr(start.threading, "active_count", lambda: threads)
+    monkeypatch.setattr(start, "_only_fork_safe_threads", lambda: threads == 1)
     assert start.default_start_method() == expected
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is Linux's default")
+def test_pyzmqs_garbage_collector_thread_does_not_stop_forking():
+    # pyzmq starts it, once per process, to free large messages sent without a copy (a large
+    # source array sent to a worker); every later pipeline used to start through the fork server
+    from zmq.utils.garbage import gc as zmq_gc
+    from dataflow.parallel import start
+    with D.MultiProcessMapData(D.DataFromList([[np.zeros(1 << 17, np.uint8)]]), 1,
+                               lambda dp: [dp[0].size], strict=True) as df:
+        df.reset_state()
+        assert list(df) == [[1 << 17]]
+    assert zmq_gc.is_alive()
+    if threading.active_count() != 2:
+        pytest.fail(f"other threads run: {[t.name for t in threading.enumerate()]}")
+    assert start.default_start_method() == "fork"
+    leave = threading.Event()
+    t = threading.Thread(target=leave.wait, args=(10,))
+    t.start()
+    try:
+        assert start.default_start_method() == "forkserver"    # any other thread still counts
+    finally:
+        leave.set()
+        t.join(10)
 
 
 def test_spawns_of_other_threads_keep_their_main_module():

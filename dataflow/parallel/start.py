@@ -10,6 +10,7 @@ import multiprocessing.spawn as mp_spawn
 import os
 import pickle
 import signal
+import sys
 import threading
 import weakref
 
@@ -28,6 +29,12 @@ def default_start_method():
     ``"forkserver"``, whose server is a clean single-threaded process, so nothing can deadlock.
     Elsewhere multiprocessing's default (``"spawn"`` on macOS and Windows, where forking is
     unsafe or missing).
+
+    One thread does not count: pyzmq's garbage collector, which pyzmq starts, once per process,
+    for the first large message sent without a copy (a large source array sent to a worker).
+    It waits on a socket without holding a lock, and a forked child starts its own, so it
+    changes nothing a child inherits; counting it made every pipeline after the first one
+    with large source arrays start through the fork server.
     """
     methods = mp.get_all_start_methods()
     platform_default = methods[0]       # multiprocessing lists its default first
@@ -36,9 +43,18 @@ def default_start_method():
         return chosen
     if platform_default != "fork":
         return platform_default
-    if threading.active_count() == 1:
+    if threading.active_count() == 1 or _only_fork_safe_threads():
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _only_fork_safe_threads():
+    """Whether every thread but this one is pyzmq's garbage collector (see above)."""
+    garbage = sys.modules.get("zmq.utils.garbage")
+    collector = getattr(garbage, "GarbageCollectorThread", None)
+    me = threading.current_thread()
+    return collector is not None and all(
+        t is me or isinstance(t, collector) for t in threading.enumerate())
 
 
 def _checked_start_method(method):
