@@ -115,32 +115,6 @@ def test_dataflow_never_imports_ray_and_says_how_to_install_it():
     _run_python(code, timeout=50)
 
 
-@pytest.mark.timeout(90)
-def test_a_local_instance_we_start_leaves_no_files():
-    """A Ray dataflow in a process not connected to Ray starts a local instance; at exit it is
-    shut down and its files (logs, sockets) removed: nothing in /tmp/ray, nothing of ours."""
-    tmp = tempfile.gettempdir()
-
-    def ours():
-        found = {n for n in os.listdir(tmp) if n.startswith("dataflow-ray-")}
-        if os.path.isdir(os.path.join(tmp, "ray")):
-            found |= {"ray/" + n for n in os.listdir(os.path.join(tmp, "ray"))}
-        return found
-
-    code = (
-        "import dataflow as D\n"
-        "from dataflow.parallel.ray import started_ray\n"
-        "df = D.RayMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,\n"
-        "                  lambda dp: [dp[0] * 2], strict=True)\n"
-        "df.reset_state()\n"
-        "assert sorted(x[0] for x in df) == list(range(0, 40, 2))\n"
-        "assert started_ray()\n"
-        "df.close()\n")
-    before = ours()
-    _run_python(code, timeout=80)
-    assert ours() <= before, f"left behind: {sorted(ours() - before)}"
-
-
 _KILLED_DRIVER = """
 import os, sys
 import dataflow as D
@@ -176,44 +150,6 @@ def test_a_killed_driver_leaves_no_ray_process_and_no_files():
     assert wait_until(lambda: not os.path.exists(temp_dir), seconds=30), \
         f"{temp_dir} is still there"
     assert ray_reaper.instance_pids(temp_dir) == []
-
-
-_FORKS_A_CHILD = """
-import os, sys, time
-import dataflow as D
-df = D.RayMapData(D.DataFromList([[i] for i in range(4)], shuffle=False), 1, lambda dp: dp)
-df.reset_state()
-assert len(list(df)) == 4
-child = os.fork()
-if child == 0:                      # a forked process (a worker, say) that outlives the driver
-    sys.stdin.read()
-    os._exit(0)
-print(child, flush=True)
-"""
-
-
-@pytest.mark.timeout(120)
-def test_a_forked_child_does_not_hold_the_drivers_exit():
-    # the child inherited the write end of the reaper's pipe: the reaper saw no end of file
-    # and the driver's exit waited 10 s for it
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("RAY_ADDRESS", None)
-    driver = subprocess.Popen([sys.executable, "-c", _FORKS_A_CHILD], env=env, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    child = None
-    try:
-        child = int(driver.stdout.readline())
-        t0 = time.monotonic()
-        assert driver.wait(60) == 0
-        assert time.monotonic() - t0 < 8, "the driver's exit waited for its reaper"
-    finally:
-        driver.kill()
-        driver.wait()
-        driver.stdin.close()            # the child reads the same stdin: it ends now
-        driver.stdout.close()
-        if child:
-            wait_until(lambda: not os.path.exists(f"/proc/{child}"), seconds=10)
 
 
 _PRIVATE_INSTANCE = """
@@ -254,16 +190,55 @@ join = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r); 
                        % node.gcs_address], env=env, capture_output=True, text=True, timeout=60)
 assert "JOINED" not in join.stdout and join.returncode != 0, join.stdout
 assert "InvalidAuthToken" in join.stderr, join.stderr[-2000:]
-print("PRIVATE", len(listening), others)
+child = os.fork()
+if child == 0:                      # a forked process (a worker, say) that outlives the driver
+    sys.stdin.read()
+    os._exit(0)
+print(child, flush=True)
 """
 
 
+def _ours():
+    """Our Ray instances' directories and anything in /tmp/ray."""
+    tmp = tempfile.gettempdir()
+    found = {n for n in os.listdir(tmp) if n.startswith("dataflow-ray-")}
+    if os.path.isdir(os.path.join(tmp, "ray")):
+        found |= {"ray/" + n for n in os.listdir(os.path.join(tmp, "ray"))}
+    return found
+
+
 @pytest.mark.timeout(150)
-def test_a_local_instance_we_start_listens_on_loopback_only_with_token_auth():
+def test_a_local_instance_we_start_is_private_and_leaves_nothing_at_exit(tmp_path):
     """The Ray instance RayMapData starts (no address given) listens on loopback only (none of
     its listening sockets is reachable on another interface) and refuses a client without its
-    token, also when the user imported Ray first."""
-    _run_python(_PRIVATE_INSTANCE, timeout=140)
+    token, also when the user imported Ray first. At the driver's exit it is shut down and its
+    files (logs, sockets) are removed: nothing in /tmp/ray, nothing of ours. A child the driver
+    forked (a worker, say) that outlives it does not hold that exit: it inherited the write end
+    of the reaper's pipe, so that the reaper saw no end of file and the exit waited 10 s."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("RAY_ADDRESS", None)
+    before = _ours()
+    with open(tmp_path / "stderr", "w+") as err:
+        driver = subprocess.Popen([sys.executable, "-c", _PRIVATE_INSTANCE], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        child = None
+        try:
+            line = driver.stdout.readline()
+            err.seek(0)
+            assert line.strip().isdigit(), err.read()[-3000:]
+            child = int(line)
+            t0 = time.monotonic()
+            assert driver.wait(60) == 0
+            assert time.monotonic() - t0 < 8, "the driver's exit waited for its reaper"
+            assert _ours() <= before, f"left behind: {sorted(_ours() - before)}"
+        finally:
+            driver.kill()
+            driver.wait()
+            driver.stdin.close()        # the child reads the same stdin: it ends now
+            driver.stdout.close()
+            if child:
+                wait_until(lambda: not os.path.exists(f"/proc/{child}"), seconds=10)
 
 
 @pytest.mark.timeout(30)
