@@ -199,8 +199,9 @@ class ProcessExecutor(Executor):
             with _without_main_module(self.start_method), _sigint_held(self.start_method), \
                     warnings.catch_warnings():
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
-                # other Python thread, and C-level threads (BLAS pools, ZeroMQ's I/O thread)
-                # are fork-aware.
+                # other Python thread (but pyzmq's garbage collector, see
+                # default_start_method), and C-level threads (BLAS pools, ZeroMQ's I/O
+                # thread) are fork-aware.
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*fork.*")
                 transport.bind_private(sock, endpoint)    # before the worker connects
