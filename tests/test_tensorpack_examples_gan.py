@@ -220,10 +220,10 @@ def get_cyclegan_data(datadir, isTrain=True):
 
 @pytest.mark.usefixtures("no_leaks")
 def test_cyclegan_get_data(tmp_path):
-    for split, n in (("trainA", 3), ("trainB", 4), ("testA", 3), ("testB", 3)):
+    for s, (split, n) in enumerate((("trainA", 3), ("trainB", 4), ("testA", 3), ("testB", 3))):
         (tmp_path / split).mkdir()
         for k in range(n):
-            _jpeg(tmp_path / split / f"{k}.jpg", 200 + 10 * k, 240, seed=hash(split) % 100 + k)
+            _jpeg(tmp_path / split / f"{k}.jpg", 200 + 10 * k, 240, seed=10 * s + k)
     train = get_cyclegan_data(str(tmp_path))
     assert len(train) == 3                     # the shorter side (JoinData warns of the other)
     for a, b in take(train, 4):
@@ -416,7 +416,8 @@ def test_colorization_lmdb_pipeline(tmp_path):
             img = cv2.cvtColor(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
             assert cv2.imwrite(path, img)
         rgb[k] = cv2.imread(path)[:, :, ::-1]
-        dps.append([np.frombuffer(open(path, "rb").read(), np.uint8), k])
+        with open(path, "rb") as f:
+            dps.append([np.frombuffer(f.read(), np.uint8), k])
     db = str(tmp_path / "places.lmdb")
     LMDBSerializer.save(DataFromList(dps, shuffle=False), db)
     train, val = get_colorization_data(db, db, batch=4)
