@@ -701,6 +701,14 @@ class LMDBSerializer:
         _check_layout(ds, allow_pickle)
         return _DecodedLMDBData(ds, allow_pickle)
 
+    @staticmethod
+    def _deserialize_lmdb(dp):
+        """The datapoint of one ``[key, value]`` pair of :class:`LMDBData` (tensorpack 0.11's
+        private decoder, which code written for tensorpack calls to decode ``LMDBData`` records
+        in its own map function): ``dp[1]`` decoded with either encoding (told from the bytes),
+        pickle included, as tensorpack's ``loads``."""
+        return codec.loads(dp[1])
+
 
 def _check_layout(ds, allow_pickle):
     """Refuse, when loading, an LMDB that ``save`` cannot have written or that ``allow_pickle``
