@@ -179,3 +179,18 @@ def test_parallel_keywords_and_runner_pass_length():
     assert len(b) == 2 == len(list(b.get_data()))
     r.ds.close()
     b.ds.close()
+
+
+def test_cifar_data_attribute_is_the_list_of_datapoints(tmp_path):
+    # get_data(is_train, batch_size, num_samples): DataFromList(Cifar10(...).data[:n], shuffle=False)
+    from dataflow.dataset import Cifar10
+    from tests.test_dataset import fake_cifar
+    expected = fake_cifar(tmp_path, 10)
+    data = Cifar10("test", dir=str(tmp_path))
+    assert len(data.data) == len(data) == 3
+    ds = df.DataFromList(data.data[:2], shuffle=False)
+    ds.reset_state()
+    out = list(ds)
+    assert len(out) == 2 and [dp[1] for dp in out] == expected["test"][1][:2]
+    assert out[1][0].shape == (32, 32, 3) and out[1][0].dtype == np.uint8
+    np.testing.assert_array_equal(out[1][0], expected["test"][0][1])

@@ -98,6 +98,14 @@ class CifarBase(IndexedDataset):
     def _get(self, k):
         return [self.images[k], self.labels[k]]
 
+    @property
+    def data(self):
+        """tensorpack's ``Cifar.data``: the datapoints ``[image, label]`` of the split, in file
+        order, as a list (code written for tensorpack slices it, e.g.
+        ``DataFromList(ds.data[:n], shuffle=False)``). A new list on each access; its images are
+        views of ``self.images``."""
+        return [[img, label] for img, label in zip(self.images, self.labels)]
+
     def get_per_pixel_mean(self, names=("train", "test")):
         """The mean image (float32 (32, 32, 3), RGB) over the given splits."""
         images, _ = self._load(list(names))
