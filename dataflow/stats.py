@@ -643,8 +643,8 @@ def print_stats(df, file=None, wall=None):
 # ------------------------------------------------------------------------------- reporting
 def log_stats(df, report_interval=30.0, level=logging.INFO):
     """Log the table of :func:`print_stats` for ``df`` through ``logging.getLogger("dataflow")``
-    every ``report_interval`` seconds while ``df`` is being iterated (``None`` or 0 stops it).
-    The JSON of :func:`stats` is logged at DEBUG level. The reports come from one daemon thread
+    every ``report_interval`` seconds while ``df`` is being iterated (``None`` or 0 stops it:
+    once this call returns, no report of ``df`` is being made or will be). The JSON of :func:`stats` is logged at DEBUG level. The reports come from one daemon thread
     (``dataflow-stats-reporter``, running while some dataflow has reports on), so they keep time
     however slowly the pipeline is consumed."""
     _check_dataflow(df, "log_stats")
@@ -669,6 +669,8 @@ def log_stats(df, report_interval=30.0, level=logging.INFO):
                                              daemon=True)
                 _reporter.start()
         _reports_changed.notify()
+    with _emitting:     # a report the reporter had already begun ends before this returns
+        pass
 
 
 # id(df) -> [weakref to df, seconds, level, when the next report is due] for each dataflow that
@@ -676,6 +678,9 @@ def log_stats(df, report_interval=30.0, level=logging.INFO):
 _reports = {}
 _reports_changed = threading.Condition()
 _reporter = None
+# Held by the reporter while it logs; log_stats() takes it after changing _reports, so that no
+# report made under the old setting follows its return. Re-entrant for a handler that calls it.
+_emitting = threading.RLock()
 
 
 def _report():
@@ -695,7 +700,7 @@ def _report():
                     entry[3] = now + every
                     st = _stage_stats(df, create=False)
                     if st is not None and st.live:
-                        due.append((df, level))
+                        due.append((key, entry, df, level))
                 del df
             if not _reports:
                 _reporter = None
@@ -703,8 +708,10 @@ def _report():
             if due:
                 _reports_changed.release()      # stats() walks the pipeline: not under the lock
                 try:
-                    for df, level in due:
-                        _log(df, level)
+                    for key, entry, df, level in due:
+                        with _emitting:     # unless log_stats() changed it since it was due
+                            if _reports.get(key) is entry:
+                                _log(df, level)
                 finally:
                     due = df = None
                     _reports_changed.acquire()
@@ -724,9 +731,10 @@ def _log(df, level):
 
 def _forget_reports_in_child():
     """A forked child has no reporter thread (and reports nothing it inherited)."""
-    global _reporter, _reports_changed
+    global _reporter, _reports_changed, _emitting
     _reports.clear()
     _reports_changed = threading.Condition()
+    _emitting = threading.RLock()
     _reporter = None
 
 

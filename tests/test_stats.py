@@ -415,6 +415,47 @@ def test_log_stats_reports_periodically(caplog):
     assert not [r for r in caplog.records if "dataflow statistics" in r.getMessage()]
 
 
+def test_log_stats_off_waits_for_a_report_already_begun():
+    # a report that was due went on being logged after log_stats(df, None) had returned (the
+    # reporter had decided on it and released its lock): it was caught in a later pass's records
+    df = D.MapData(numbers(10), lambda dp: dp)
+    began, go, order = threading.Event(), threading.Event(), []
+
+    class Blocking(logging.Handler):
+        def emit(self, record):
+            if "dataflow statistics" in record.getMessage() and not began.is_set():
+                began.set()
+                go.wait(10)
+                order.append("report logged")
+
+    handler = Blocking()
+    logger = logging.getLogger("dataflow")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        D.log_stats(df, report_interval=0.01)
+        df.reset_state()
+        it = iter(df)
+        next(it)                                    # live: reports are due
+        assert began.wait(10)
+        off = threading.Thread(target=lambda: (D.log_stats(df, None), order.append("off")))
+        off.start()
+        off.join(0.3)                               # it must wait for the report (it did not)
+        go.set()
+        off.join(10)
+        assert order == ["report logged", "off"]
+        list(it)
+    finally:
+        go.set()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        D.log_stats(df, None)
+    for t in _reporter_threads():
+        t.join(5)
+    assert not _reporter_threads()
+
+
 def _reporter_threads():
     return [t for t in threading.enumerate() if t.name == "dataflow-stats-reporter"]
 
