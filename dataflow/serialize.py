@@ -50,8 +50,9 @@ import struct
 import sys
 import threading
 
-import msgpack
 import numpy as np
+
+from . import _msgpack as msgpack   # msgpack's own classes, even after msgpack_numpy.patch()
 
 __all__ = ["DEFAULT_OOB_THRESHOLD", "dumps", "dumps_oob", "loads", "loads_oob"]
 

@@ -40,8 +40,9 @@ import pickle
 import re
 import struct
 
-import msgpack
 import numpy as np
+
+from .. import _msgpack as msgpack   # msgpack's own classes, even after msgpack_numpy.patch()
 
 __all__ = ["FORMATS", "ZERO_COPY_MIN", "dumps", "loads", "sniff", "DecodeError",
            "PickleRefusedError"]

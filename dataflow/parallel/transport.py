@@ -48,9 +48,9 @@ import threading
 import time
 import uuid
 
-import msgpack
 import zmq
 
+from .. import _msgpack as msgpack   # msgpack's own classes, even after msgpack_numpy.patch()
 from .. import serialize
 from .protocol import ERR, OK, WorkerError, pack_exception, unpack_exception
 
