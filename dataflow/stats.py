@@ -644,9 +644,11 @@ def print_stats(df, file=None, wall=None):
 def log_stats(df, report_interval=30.0, level=logging.INFO):
     """Log the table of :func:`print_stats` for ``df`` through ``logging.getLogger("dataflow")``
     every ``report_interval`` seconds while ``df`` is being iterated (``None`` or 0 stops it:
-    once this call returns, no report of ``df`` is being made or will be). The JSON of :func:`stats` is logged at DEBUG level. The reports come from one daemon thread
+    once this call returns, no report of ``df`` is being made or will be). The JSON of
+    :func:`stats` is logged at DEBUG level. The reports come from one daemon thread
     (``dataflow-stats-reporter``, running while some dataflow has reports on), so they keep time
-    however slowly the pipeline is consumed."""
+    however slowly the pipeline is consumed. Like any other thread, it makes process pipelines
+    started meanwhile use the fork server rather than fork (see ``default_start_method``)."""
     _check_dataflow(df, "log_stats")
     if report_interval is not None and (
             not isinstance(report_interval, numbers.Real) or isinstance(report_interval, bool)
