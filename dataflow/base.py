@@ -50,9 +50,10 @@ from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import pass_progress
 from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_inputs
+from .stats import tell_label as _tell_stats_label
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
-           "DataFlowReentrantGuard", "UnknownLengthError"]
+           "DataFlowReentrantGuard", "UnknownLengthError", "ForeignDataFlow"]
 
 
 class UnknownLengthError(NotImplementedError, TypeError):
@@ -325,7 +326,7 @@ class ProxyDataFlow(DataFlow):
             raise TypeError(f"{type(self).__name__}: expected a DataFlow (with __iter__ and "
                             f"reset_state), got {type(ds).__name__}"
                             + (": wrap a list in DataFromList" if isinstance(ds, list) else ""))
-        self.ds = ds
+        self.ds = as_dataflow(ds)
 
     def reset_state(self):
         self.ds.reset_state()
@@ -349,6 +350,73 @@ class ProxyDataFlow(DataFlow):
     def _pass_progress(self):
         """See :func:`dataflow._helpers.pass_progress`: a proxy makes the progress of its input."""
         return pass_progress(self.ds)
+
+
+class ForeignDataFlow(DataFlow):
+    """A dataflow of another library, as one of ours: one of tensorpack's (its classes, and user
+    classes derived from them, which a script may still import beside this library) or any
+    object with ``__iter__`` and ``reset_state``. Our dataflows wrap such an input in one, so
+    that it takes the part ours share: ``df.ds`` is the wrapper, ``df.ds.foreign`` the object.
+
+    It yields what the object yields and has its length (an unknown one, tensorpack's
+    ``NotImplementedError``, becomes our :class:`UnknownLengthError`, so that ``list()`` works);
+    ``close()`` calls the object's ``close`` when it has one. It cannot say where it is, so a
+    checkpoint of a pipeline over it needs ``state_dict(replay=True)``: it then counts the
+    datapoints it passed on, and a resume iterates it again up to there (exact for a
+    deterministic source, as for any dataflow that does not say where it is)."""
+
+    def __init__(self, foreign):
+        self.foreign = foreign
+        _tell_stats_label(self, type(foreign).__qualname__)
+
+    def reset_state(self):
+        self.foreign.reset_state()
+
+    def __iter__(self):
+        return iter(self.foreign)
+
+    def __len__(self):
+        try:
+            return len(self.foreign)
+        except UnknownLengthError:
+            raise
+        except NotImplementedError as e:
+            raise UnknownLengthError(str(e) or f"{type(self.foreign).__name__} does not know "
+                                     "its length") from e
+
+    def close(self):
+        close = getattr(self.foreign, "close", None)
+        if callable(close):
+            close()
+
+    def _fingerprint_params(self):
+        return {"class": f"{type(self.foreign).__module__}.{type(self.foreign).__qualname__}"}
+
+    def __repr__(self):
+        return f"ForeignDataFlow({self.foreign!r})"
+
+
+def _is_foreign(ds):
+    """Whether ``ds`` is a dataflow of another library: an instance with ``__iter__`` and
+    ``reset_state`` that is not ours and does not speak our checkpoint protocol
+    (``_get_position``, as the runners' internal sources do). Anything else is left to the
+    caller's checks."""
+    return not isinstance(ds, (DataFlow, type)) and callable(getattr(ds, "reset_state", None)) \
+        and callable(getattr(ds, "__iter__", None)) \
+        and not callable(getattr(ds, "_get_position", None))
+
+
+def as_dataflow(ds):
+    """``ds`` in a :class:`ForeignDataFlow` if it is another library's dataflow, else ``ds``."""
+    return ForeignDataFlow(ds) if _is_foreign(ds) else ds
+
+
+def as_dataflows(dfs):
+    """:func:`as_dataflow` of each of ``dfs``, as a list; an object listed twice gets one
+    wrapper (``JoinData`` resets a dataflow listed twice once)."""
+    wrappers = {}
+    return [wrappers.setdefault(id(d), ForeignDataFlow(d)) if _is_foreign(d) else d
+            for d in dfs]
 
 
 def _sources(df):

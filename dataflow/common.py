@@ -20,7 +20,8 @@ from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
                        func_name, is_int, pass_progress, progress_bar, repeat_forever)
-from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, random_stage
+from .base import (DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflows,
+                   random_stage)
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
@@ -878,7 +879,8 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
                     f"probability) pairs, as its first entry is "
                     f"{'a pair' if pairs_given else 'a dataflow'}; entry {i} is {what}")
         if pairs_given:
-            pairs = [(d, float(p)) for d, p in df_lists]
+            pairs = list(zip(as_dataflows(d for d, _ in df_lists),
+                             (float(p) for _, p in df_lists)))
             total = sum(p for _, p in pairs)
             if not np.isclose(total, 1.0) or any(p < 0 for _, p in pairs):
                 raise ValueError(f"RandomChooseData: probabilities must be >= 0 and sum to 1, "
@@ -886,7 +888,7 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
             self.df_lists = pairs
         else:
             prob = 1.0 / len(df_lists)
-            self.df_lists = [(d, prob) for d in df_lists]
+            self.df_lists = [(d, prob) for d in as_dataflows(df_lists)]
 
     def reset_state(self):
         super().reset_state()
@@ -939,7 +941,7 @@ class RandomMixData(_MixPosition, RNGDataFlow):
 
     def __init__(self, df_lists):
         super().__init__()
-        self.df_lists = df_lists
+        self.df_lists = as_dataflows(df_lists)
         self.sizes = [len(k) for k in self.df_lists]
 
     def reset_state(self):
@@ -984,7 +986,7 @@ class ConcatData(DataFlow):
     """Yield the datapoints of several dataflows one after another."""
 
     def __init__(self, df_lists):
-        self.df_lists = df_lists
+        self.df_lists = as_dataflows(df_lists)
 
     def reset_state(self):
         for d in self.df_lists:
@@ -1032,7 +1034,7 @@ class JoinData(DataFlow):
     """
 
     def __init__(self, df_lists):
-        self.df_lists = df_lists
+        self.df_lists = as_dataflows(df_lists)
         if not df_lists:            # it would yield [] forever
             raise ValueError("JoinData: df_lists must hold at least one dataflow")
         lens = [dataflow_length(d) for d in df_lists]

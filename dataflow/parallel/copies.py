@@ -5,6 +5,7 @@ import itertools
 
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
+from ..base import as_dataflow
 from .._helpers import check_int, dataflow_length, empty_pass_error, func_name, pass_progress
 from ..stats import tell_label
 from .mapper import ParallelMapData
@@ -127,6 +128,7 @@ class CopiesRunner(_ckpt.CopiesPosition, ParallelMapData):
 
     def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
         self.num_prefetch = check_int("num_prefetch", num_prefetch, 1)    # not "buffer_size"
+        ds = as_dataflow(ds)
         super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),
                          buffer_size=num_prefetch, timeout=timeout)
         tell_label(self, type(ds).__name__)       # a runner: copies of a dataflow

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import checkpoint as _ckpt
 from .. import config
+from ..base import as_dataflow
 from .._helpers import available_cpus, check_int, dataflow_length, is_int, repeat_forever
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
@@ -126,7 +127,7 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
         super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
 
     def _reset_source(self):
-        self._dfs = [self.get_df() for _ in range(self.num_workers)]
+        self._dfs = [as_dataflow(self.get_df()) for _ in range(self.num_workers)]
         self._copies = list(self._dfs)
         for df in self._dfs:
             df.reset_state()
