@@ -130,16 +130,34 @@ def test_statistics_name_the_foreign_class():
     assert "ForeignDataFlow(Foreign)" in D.format_stats(D.stats(df))
 
 
-def test_tensorpack_dataflows_inside_our_pipelines():
-    """In a fresh interpreter (tensorpack patches msgpack when imported): a user class derived
-    from tensorpack's RNGDataFlow, and tensorpack's own MapData, under ours, with workers
-    started by spawn (which ship the tensorpack object to them)."""
+def test_a_script_that_imports_tensorpack_first():
+    """In a fresh interpreter that imports tensorpack first (which patches msgpack, see
+    test_msgpack_numpy_patch): our formats are the same bytes as here and object arrays are
+    still refused; a user class derived from tensorpack's RNGDataFlow flows through our map
+    with workers started by spawn (which ship it, and its arrays, to workers that never
+    imported tensorpack), and tensorpack's own MapData through our thread map."""
+    from dataflow import serialize
+    from dataflow.formats import codec
+    from .test_msgpack_numpy_patch import VALUE
+    expected = {"serialize": serialize.dumps(VALUE).hex(), "codec": codec.dumps(VALUE).hex()}
     code = textwrap.dedent("""
         import json
         import numpy as np
         np.object = object                  # tensorpack 0.11 still uses it
+        import msgpack, msgpack_numpy
         import tensorpack.dataflow as tp
+        assert msgpack.packb is msgpack_numpy.packb     # patched
         import dataflow as D
+        from dataflow import serialize
+        from dataflow.formats import codec
+        from tests.test_msgpack_numpy_patch import VALUE, OBJECT_ARRAY
+
+        out = {"serialize": serialize.dumps(VALUE).hex(), "codec": codec.dumps(VALUE).hex()}
+        try:
+            codec.loads(codec.dumps(OBJECT_ARRAY), allow_pickle=False)
+            out["refused"] = False
+        except codec.PickleRefusedError:
+            out["refused"] = True
 
         class Numbers(tp.RNGDataFlow):
             def __len__(self):
@@ -151,11 +169,13 @@ def test_tensorpack_dataflows_inside_our_pipelines():
         def double(dp):
             return [dp[0] * 2, dp[1] * 2]
 
-        out = {}
         with D.BatchData(D.MultiProcessMapData(Numbers(), 2, double, strict=True,
                                                start_method="spawn"), 4) as df:
             df.reset_state()
-            out["batches"] = [b[0].tolist() for b in df]
+            batches = list(df)
+        out["firsts"] = sorted(int(x) for b in batches for x in b[0])
+        out["arrays"] = all(float(b[1][k][0]) == float(b[0][k]) for b in batches
+                            for k in range(4))
         inner = tp.MapData(Numbers(), lambda dp: [dp[0] + 100])
         df = D.MultiThreadMapData(inner, 2, lambda dp: dp, strict=True)
         df.reset_state()
@@ -164,9 +184,13 @@ def test_tensorpack_dataflows_inside_our_pipelines():
         print(json.dumps(out))
     """)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", TENSORPACK_SERIALIZE="msgpack")
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                          timeout=50, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+                          timeout=50, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert sorted(x for b in out["batches"] for x in b) == [2 * i for i in range(12)]
-    assert out["tp_map"] == [100 + i for i in range(12)]
+    assert out.pop("refused") is True
+    assert out.pop("firsts") == [2 * i for i in range(12)]
+    assert out.pop("arrays") is True
+    assert out.pop("tp_map") == [100 + i for i in range(12)]
+    assert out == expected

@@ -1,15 +1,9 @@
 """``msgpack_numpy.patch()`` (which ``import tensorpack.dataflow`` calls) must not change what
 this library writes or reads: a training script may import tensorpack for its models beside us.
 
-The patch comes before this library's import (a fresh interpreter that imports tensorpack first)
-or after it (here, through ``monkeypatch``, undone after the test; tensorpack itself is imported
-in subprocesses only, see ``_tensorpack.py``)."""
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
+The patch comes after this library's import here (through ``monkeypatch``, undone after the
+test; tensorpack itself is imported in subprocesses only, see ``_tensorpack.py``), and before it
+in ``test_foreign_dataflows.test_a_script_that_imports_tensorpack_first``."""
 import msgpack
 import numpy as np
 import pytest
@@ -92,41 +86,3 @@ def test_workers_that_never_imported_tensorpack_get_the_consumers_arrays(
 def _double(dp):
     return [dp[0] * 2]
 
-
-def test_tensorpack_imported_first_changes_nothing():
-    """A fresh interpreter imports tensorpack.dataflow (which patches msgpack), then this
-    library: the same bytes as here, object arrays refused, and spawned workers (which never
-    imported tensorpack) get the consumer's arrays."""
-    expected = {"serialize": serialize.dumps(VALUE).hex(), "codec": codec.dumps(VALUE).hex()}
-    code = textwrap.dedent("""
-        import json, sys
-        import numpy as np
-        np.object = object                  # tensorpack 0.11 still uses it
-        import msgpack, msgpack_numpy
-        import tensorpack.dataflow          # noqa: F401  (patches msgpack)
-        assert msgpack.packb is msgpack_numpy.packb
-        import dataflow as D
-        from dataflow import serialize
-        from dataflow.formats import codec
-        from tests.test_msgpack_numpy_patch import VALUE, OBJECT_ARRAY, _double
-        got = {"serialize": serialize.dumps(VALUE).hex(), "codec": codec.dumps(VALUE).hex()}
-        try:
-            codec.loads(codec.dumps(OBJECT_ARRAY), allow_pickle=False)
-            got["refused"] = False
-        except codec.PickleRefusedError:
-            got["refused"] = True
-        src = D.DataFromList([[np.full(4, k, np.float32)] for k in range(6)], shuffle=False)
-        with D.MultiProcessMapData(src, 2, _double, strict=True, start_method="spawn") as df:
-            df.reset_state()
-            got["mapped"] = sorted(float(dp[0][0]) for dp in df)
-        print(json.dumps(got))
-    """)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONWARNINGS="ignore", TENSORPACK_SERIALIZE="msgpack")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=50)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got.pop("refused") is True
-    assert got.pop("mapped") == [2.0 * k for k in range(6)]
-    assert got == expected
