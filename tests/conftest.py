@@ -72,22 +72,6 @@ def assert_no_leaks(before):
     assert after["memfd_mappings"] <= before["memfd_mappings"], "shared memory still mapped"
 
 
-def pytest_collection_modifyitems(config, items):
-    """``DATAFLOW_TEST_SHARD=S/N`` keeps every N-th test from the S-th on (the others are
-    deselected), so that N processes run the suite between them. ``.ci/run`` runs each other
-    Python's suite in two such halves, to keep both cores busy to the end."""
-    shard = os.environ.get("DATAFLOW_TEST_SHARD")
-    if not shard:
-        return
-    s, n = (int(x) for x in shard.split("/"))
-    if not 0 <= s < n:
-        raise pytest.UsageError(f"DATAFLOW_TEST_SHARD={shard}: want S/N with 0 <= S < N")
-    keep = [item for i, item in enumerate(items) if i % n == s]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != s])
-        items[:] = keep
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _warm_start_methods():
     """Start the fork server once, up front, so that its own pipes and process do not count
