@@ -53,6 +53,8 @@ from . import imgaug
 
 # -- list(df) on dataflows of unknown length; resource errors of worker start-up (issue 15) --
 from .base import UnknownLengthError
+# -- another library's dataflow (tensorpack's) as an input of ours ---------------------------
+from .base import ForeignDataFlow
 from .parallel.resources import ResourceLimitError
 
 __version__ = "0.1.0"

@@ -97,6 +97,7 @@ def test_unknown_length_lists_and_close_reaches_the_foreign_object():
     src = Foreign(5, known_length=False)
     df = D.MapData(src, double)
     assert isinstance(df.ds, ForeignDataFlow) and df.ds.foreign is src
+    assert D.ForeignDataFlow is ForeignDataFlow
     with pytest.raises(D.UnknownLengthError):
         len(df)
     df.reset_state()
