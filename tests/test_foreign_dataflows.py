@@ -124,6 +124,21 @@ def test_a_pipeline_over_a_foreign_source_checkpoints_by_replay():
     assert [dp[0].tolist() for dp in resumed] == rest == [[8, 10], [12, 14], [16, 18]]
 
 
+@pytest.mark.parametrize("serializer", ["LMDBSerializer", "TFRecordSerializer",
+                                        "NumpySerializer", "HDF5Serializer"])
+def test_serializers_save_a_foreign_dataflow(tmp_path, serializer):
+    # LMDB and TFRecord refused it ("df must be a DataFlow")
+    from dataflow import serialize
+    S = getattr(serialize, serializer)
+    path = str(tmp_path / "data")
+    args = (["a"],) if serializer == "HDF5Serializer" else ()
+    S.save(Foreign(6), path, *args)
+    df = S.load(path, *args) if serializer == "TFRecordSerializer" else \
+        S.load(path, *args, shuffle=False)
+    df.reset_state()
+    assert [int(dp[0]) for dp in df] == list(range(6))
+
+
 def test_statistics_name_the_foreign_class():
     df = D.MapData(Foreign(4), double)
     df.reset_state()

@@ -40,7 +40,7 @@ import threading
 import numpy as np
 
 from .. import checkpoint as _ckpt
-from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflow
 from ..common import MapData
 from ..raw import _guard_of
 from . import _lmdbscan, codec
@@ -640,6 +640,7 @@ class LMDBSerializer:
                 ``TENSORPACK_SERIALIZE=msgpack``) or "pickle" (tensorpack's default).
         """
         lmdb = _lmdb("LMDBSerializer")
+        df = as_dataflow(df)          # tensorpack's, say
         if not isinstance(df, DataFlow):
             raise TypeError(f"LMDBSerializer.save: df must be a DataFlow, got {type(df).__name__}")
         if format not in codec.FORMATS:

@@ -19,7 +19,7 @@ import os
 import struct
 
 from .. import checkpoint as _ckpt
-from ..base import DataFlow
+from ..base import DataFlow, as_dataflow
 from ..common import FixedSizeData
 from ..raw import _guard_of
 from . import codec
@@ -142,6 +142,7 @@ class TFRecordSerializer:
                 ``TENSORPACK_SERIALIZE=msgpack``) or "pickle" (tensorpack's default).
         """
         crc32c = _crc32c("TFRecordSerializer")
+        df = as_dataflow(df)          # tensorpack's, say
         if not isinstance(df, DataFlow):
             raise TypeError(f"TFRecordSerializer.save: df must be a DataFlow, got "
                             f"{type(df).__name__}")
