@@ -555,6 +555,43 @@ def test_small_buffer_for_many_actors_is_reported(ray_session, caplog):
     assert any("use buffer_size >=" in r.getMessage() for r in caplog.records)
 
 
+def _short_of_cpus(records):
+    return [r.getMessage() for r in records if "Ray cluster has" in r.getMessage()]
+
+
+def test_a_pipeline_made_right_after_one_was_closed_does_not_report_missing_cpus(
+        ray_session, caplog):
+    # ray.kill returns before Ray frees the actors' CPUs: a training loop that makes a new
+    # pipeline for each epoch right after closing the last one was told, every epoch, that the
+    # cluster had no CPU free
+    with caplog.at_level(logging.WARNING, logger="dataflow"):
+        for _ in range(2):
+            with RayMapData(points(8), 2, square, strict=True) as df:
+                df.reset_state()
+                assert len(list(df)) == 8
+    assert _short_of_cpus(caplog.records) == []
+
+
+def test_a_pipeline_whose_cpus_another_one_holds_is_reported(ray_session, caplog):
+    with RayMapData(points(8), 2, square, strict=True) as holder:
+        holder.reset_state()
+        assert len(list(holder)) == 8          # its actors are up and hold both CPUs
+        deadline = time.monotonic() + 30       # in Ray's view of the cluster too, which lags
+        while ray_session.available_resources().get("CPU", 0) > 0:
+            assert time.monotonic() < deadline, ray_session.available_resources()
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING, logger="dataflow"):
+            waiting = RayMapData(points(8), 1, square, strict=True)
+            try:
+                waiting.reset_state()              # starts its actor, which must wait
+            finally:
+                waiting.close()
+    assert _short_of_cpus(caplog.records) == [
+        "1 Ray actors need 1 CPUs but the Ray cluster has 0 free now (of 2); the rest wait "
+        "until CPUs are freed or the cluster grows, and the datapoints dealt to them wait with "
+        "them"]
+
+
 def test_augmentors_give_the_serial_images(ray_session):
     """Image augmentors draw from the datapoint's stream in Ray actors too (issue 17)."""
     pytest.importorskip("cv2")

@@ -88,7 +88,15 @@ _POLL = 1.0
 # After an actor's death: how long to wait for the fate (result or error) of its other chunks.
 _DEATH_GRACE = 5.0
 
+# ray.kill() returns at once and Ray frees the killed actor's CPUs some 40-100 ms later. A pipeline
+# made within this many seconds of one that this process closed waits for those CPUs (up to this
+# long) before it reports the cluster short of CPUs, which it otherwise did every time a training
+# loop made a new pipeline right after closing the last one.
+_RELEASE_WAIT = 2.0
+_RELEASE_POLL = 0.02
+
 _started_ray = False        # whether this process started the Ray instance it is connected to
+_last_kill = None           # time.monotonic() of this process's last RayExecutor.close()
 _actor_class = None         # _ActorBody made a Ray actor class, once
 
 
@@ -355,12 +363,17 @@ class RayExecutor(Executor):
         try:
             total = self._ray.cluster_resources().get("CPU", 0)
             free = self._ray.available_resources().get("CPU", 0)
+            # the CPUs of actors this process killed just now may still be on their way back
+            while free < need and _last_kill is not None and \
+                    time.monotonic() < _last_kill + _RELEASE_WAIT:
+                time.sleep(_RELEASE_POLL)
+                free = self._ray.available_resources().get("CPU", 0)
         except Exception:
             return
         if free < need:
             # (other actors, another pipeline's say, may hold the cluster's CPUs)
-            logger.warning("%d Ray actors need %s CPUs but the Ray cluster has %s free now (of "
-                           "%s); the rest wait until CPUs are freed or the cluster grows, and "
+            logger.warning("%d Ray actors need %g CPUs but the Ray cluster has %g free now (of "
+                           "%g); the rest wait until CPUs are freed or the cluster grows, and "
                            "the datapoints dealt to them wait with them", num_workers, need,
                            free, total)
 
@@ -513,11 +526,14 @@ class RayExecutor(Executor):
         self._closed = True
         if os.getpid() != self._owner_pid:
             return          # a copy in a forked child: the actors are not its own
+        global _last_kill
         ray = self._ray
         try:
             if ray.is_initialized():
                 for slot in self._slots:
                     ray.kill(slot.actor, no_restart=True)
+                if self._slots:
+                    _last_kill = time.monotonic()
         except Exception as e:          # Ray going down at interpreter exit
             logger.debug("RayExecutor.close: %s", e)
         self._pending.clear()
