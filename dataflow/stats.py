@@ -430,6 +430,15 @@ def _node(df, now, path, seen, pipeline_wall):
     if pipeline_wall > 0:
         # Sampled estimates can overshoot a little; nothing spends more than the wall time.
         time_s = min(time_s, pipeline_wall)
+    m = _mapper_of(df) if id(df) not in seen else None
+    if m is not None:
+        parallel = m.stats_figures(pipeline_wall)
+        # Waiting for workers is this stage's own time, measured exactly by the mapper, and it
+        # happens inside its next(): its time is at least that. (The sampled estimate alone
+        # can fall far below it, since most next() calls are served from the buffer at once,
+        # and the stage reading this one then looked busy with this one's waiting.)
+        wait = min(parallel.get("wait_s") or 0.0, pipeline_wall or math.inf)
+        time_s = max(time_s, wait)
     node = {"stage": _label(df), "path": path, "produced": produced, "passes": passes,
             "time_s": round(time_s, 6)}
     if id(df) in seen:
@@ -447,11 +456,8 @@ def _node(df, now, path, seen, pipeline_wall):
     # Every stage of a pipeline works over the same wall time: the pipeline's.
     node["rate"] = round(produced / pipeline_wall, 3) if pipeline_wall > 0 else None
     node["running"] = running
-    m = _mapper_of(df)
     if m is not None:
-        node["parallel"] = p = m.stats_figures(pipeline_wall)
-        # Waiting for workers is this stage's own time, measured exactly by the mapper.
-        wait = min(p.get("wait_s") or 0.0, pipeline_wall or math.inf)
+        node["parallel"] = parallel
         node["self_s"] = round(max(node["self_s"], wait), 6)
     node["inputs"] = inputs
     return node, time_s
@@ -477,7 +483,8 @@ def stats(df, wall=None):
 
     Each node has ``stage`` (a label), ``path`` (``"0"`` for ``df``, ``"0.1"`` for its second
     input, ...), ``produced``, ``passes``, ``time_s`` (seconds inside its ``next()``, inputs
-    included), ``input_s`` (of which waiting on its inputs), ``self_s`` (producing: ``time_s -
+    included; for a parallel stage at least the time its consumer waited for workers, which
+    the mapper measures exactly), ``input_s`` (of which waiting on its inputs), ``self_s`` (producing: ``time_s -
     input_s``; for a parallel stage at least the time its consumer waited for workers),
     ``wall_s`` (from its first iteration to its last activity), ``rate`` (datapoints/s over the
     pipeline's wall time), ``running`` (an iteration is in progress), ``parallel`` (parallel

@@ -354,6 +354,27 @@ def test_bottleneck_is_the_consumer():
 
 
 @pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_stage_reading_a_parallel_map_is_not_charged_with_its_waiting(kind):
+    # Most next() calls of a parallel stage are served from its buffer at once, so its sampled
+    # time could fall far below the time its consumer waited for workers (measured exactly),
+    # and the BatchData reading it took that waiting as its own: it was named the bottleneck.
+    func = lambda dp: slow(dp, 0.0005)     # noqa: E731 (Python code: processes when asked)
+    mapped = D.MapData(numbers(800), func if kind == "process" else D.native(func),
+                       num_parallel_workers=2, python_multiprocessing=True)
+    assert mapped.executor == kind
+    with D.BatchData(mapped, 10) as df:
+        df.reset_state()
+        assert len(list(df)) == 80
+        st = D.stats(df)
+    inner = st["inputs"][0]
+    assert inner["time_s"] >= inner["parallel"]["wait_s"] > 0.1
+    assert st["input_s"] == inner["time_s"]
+    assert st["self_s"] < 0.25 * inner["self_s"], st
+    assert st["bottleneck"]["path"] == "0.0"
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_bottleneck_is_a_slow_parallel_map():
     with D.MultiThreadMapData(numbers(200), 2, lambda dp: slow(dp, 0.004), strict=True) as df:
         df.reset_state()
