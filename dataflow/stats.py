@@ -484,8 +484,8 @@ def stats(df, wall=None):
     Each node has ``stage`` (a label), ``path`` (``"0"`` for ``df``, ``"0.1"`` for its second
     input, ...), ``produced``, ``passes``, ``time_s`` (seconds inside its ``next()``, inputs
     included; for a parallel stage at least the time its consumer waited for workers, which
-    the mapper measures exactly), ``input_s`` (of which waiting on its inputs), ``self_s`` (producing: ``time_s -
-    input_s``; for a parallel stage at least the time its consumer waited for workers),
+    the mapper measures exactly), ``input_s`` (of which waiting on its inputs), ``self_s``
+    (producing: ``time_s - input_s``; for a parallel stage at least that wait too),
     ``wall_s`` (from its first iteration to its last activity), ``rate`` (datapoints/s over the
     pipeline's wall time), ``running`` (an iteration is in progress), ``parallel`` (parallel
     stages only) and ``inputs`` (the nodes of its inputs). A dataflow that appears twice is shown

@@ -521,12 +521,12 @@ class RayExecutor(Executor):
     def close(self):
         """Kill our actors (``ray.kill``: returns at once) and forget the work in flight.
         Idempotent; never shuts Ray down (see the module doc)."""
+        global _last_kill
         if self._closed:
             return
         self._closed = True
         if os.getpid() != self._owner_pid:
             return          # a copy in a forked child: the actors are not its own
-        global _last_kill
         ray = self._ray
         try:
             if ray.is_initialized():
