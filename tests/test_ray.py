@@ -576,10 +576,9 @@ def test_a_pipeline_whose_cpus_another_one_holds_is_reported(ray_session, caplog
     with RayMapData(points(8), 2, square, strict=True) as holder:
         holder.reset_state()
         assert len(list(holder)) == 8          # its actors are up and hold both CPUs
-        deadline = time.monotonic() + 30       # in Ray's view of the cluster too, which lags
-        while ray_session.available_resources().get("CPU", 0) > 0:
-            assert time.monotonic() < deadline, ray_session.available_resources()
-            time.sleep(0.01)
+        # ... in Ray's view of the cluster too, which lags
+        assert wait_until(lambda: ray_session.available_resources().get("CPU", 0) == 0,
+                          seconds=30), ray_session.available_resources()
         with caplog.at_level(logging.WARNING, logger="dataflow"):
             waiting = RayMapData(points(8), 1, square, strict=True)
             try:
