@@ -8,15 +8,15 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import dataflow as df
+from dataflow.base import ProxyDataFlow
+
+from .conftest import descendants, import_later
+
+# imported when the first test runs, not at collection: these tests run last (conftest)
+torch = import_later("torch")
+integration = import_later("dataflow.integrations.torch")
 pytestmark = pytest.mark.torch
-
-import dataflow as df  # noqa: E402
-from dataflow.base import ProxyDataFlow  # noqa: E402
-from dataflow.integrations.torch import as_iterable_dataset, to_torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from .conftest import descendants  # noqa: E402
 
 
 class Recorder(ProxyDataFlow):
@@ -64,7 +64,7 @@ def test_each_iter_is_one_epoch(no_leaks, executor):
     mapped = df.MapData(numbers(), add_one, num_parallel_workers=workers,
                         python_multiprocessing=executor == "process")
     assert mapped.executor == executor
-    ds = as_iterable_dataset(df.BatchData(mapped, 4, remainder=True))
+    ds = integration.as_iterable_dataset(df.BatchData(mapped, 4, remainder=True))
     assert len(ds) == 3
     for _ in range(3):
         batches = list(ds)
@@ -81,7 +81,7 @@ def test_epochs_limit_closes_after_the_last(no_leaks):
     before = descendants()
     rec = Recorder(df.MapData(numbers(6), add_one, num_parallel_workers=2,
                               python_multiprocessing=True))
-    ds = as_iterable_dataset(rec, epochs=2)
+    ds = integration.as_iterable_dataset(rec, epochs=2)
     assert len(list(ds)) == 6
     assert rec.closes == 0 and descendants() - before        # workers still up
     assert len(list(ds)) == 6
@@ -92,7 +92,8 @@ def test_epochs_limit_closes_after_the_last(no_leaks):
 
 
 def test_abandoned_epoch_counts_and_frees_the_dataflow(no_leaks):
-    ds = as_iterable_dataset(df.MapData(numbers(), add_one, num_parallel_workers=2), epochs=2)
+    ds = integration.as_iterable_dataset(df.MapData(numbers(), add_one, num_parallel_workers=2),
+                                         epochs=2)
     it = iter(ds)
     next(it)
     del it                     # abandon the first pass: the next one can start
@@ -103,12 +104,12 @@ def test_abandoned_epoch_counts_and_frees_the_dataflow(no_leaks):
 def test_epochs_must_be_positive():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="epochs"):
-            as_iterable_dataset(numbers(), epochs=bad)
+            integration.as_iterable_dataset(numbers(), epochs=bad)
 
 
 def test_reset_state_once_lazily():
     rec = Recorder(numbers())
-    ds = as_iterable_dataset(rec)
+    ds = integration.as_iterable_dataset(rec)
     assert rec.resets == 0                 # not when the dataset is made
     for _ in range(3):
         assert len(list(ds)) == 10
@@ -118,7 +119,7 @@ def test_reset_state_once_lazily():
 def test_arrays_become_tensors_without_copy(no_leaks):
     rec = Recorder(df.MapData(numbers(), add_one, num_parallel_workers=2,
                               python_multiprocessing=True))
-    ds = as_iterable_dataset(rec)
+    ds = integration.as_iterable_dataset(rec)
     out = list(ds)
     assert len(out) == 10
     for dp, (tensor, label) in zip(rec.seen, out):
@@ -137,7 +138,7 @@ def test_to_torch_structures():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.ones(3, dtype=np.uint8)
     dp = {"x": a, "nested": [b, (np.int64(7), "text")], "n": 3, "s": np.array(["a", "bc"])}
-    out = to_torch(dp)
+    out = integration.to_torch(dp)
     assert out["x"].data_ptr() == a.ctypes.data and out["x"].dtype == torch.float32
     assert out["nested"][0].data_ptr() == b.ctypes.data
     assert isinstance(out["nested"], list) and isinstance(out["nested"][1], tuple)
@@ -154,15 +155,15 @@ def test_to_torch_copies_what_it_cannot_view():
     rev = np.arange(4)[::-1]
     with warnings.catch_warnings():
         warnings.simplefilter("error")               # no "non-writable array" warning
-        t_ro, t_rev = to_torch([ro, rev])
+        t_ro, t_rev = integration.to_torch([ro, rev])
     assert t_ro.data_ptr() != ro.ctypes.data and t_ro.tolist() == [0, 1, 2, 3]
     assert t_rev.tolist() == [3, 2, 1, 0]
 
 
 def test_close_stops_workers_and_is_idempotent(no_leaks):
     before = descendants()
-    ds = as_iterable_dataset(df.BatchData(df.MapData(numbers(), add_one, num_parallel_workers=2,
-                                                     python_multiprocessing=True), 5))
+    mapped = df.MapData(numbers(), add_one, num_parallel_workers=2, python_multiprocessing=True)
+    ds = integration.as_iterable_dataset(df.BatchData(mapped, 5))
     assert len(list(ds)) == 2
     assert descendants() - before                    # worker processes are running
     ds.close()
@@ -179,7 +180,7 @@ def test_close_reaches_wrapped_dataflows(no_leaks):
     inner = Recorder(numbers())
     mapped = df.MapData(df.ConcatData([inner, numbers()]), add_one, num_parallel_workers=2,
                         python_multiprocessing=True)
-    ds = as_iterable_dataset(df.BatchData(df.RepeatedData(mapped, 2), 5))
+    ds = integration.as_iterable_dataset(df.BatchData(df.RepeatedData(mapped, 2), 5))
     assert len(list(ds)) == 8
     assert descendants() - before
     ds.close()
@@ -190,7 +191,7 @@ def test_close_reaches_wrapped_dataflows(no_leaks):
 def test_garbage_collection_closes(no_leaks):
     rec = Recorder(df.MapData(numbers(), add_one, num_parallel_workers=2,
                               python_multiprocessing=True))
-    ds = as_iterable_dataset(rec)
+    ds = integration.as_iterable_dataset(rec)
     list(ds)
     del ds
     gc.collect()
@@ -199,15 +200,15 @@ def test_garbage_collection_closes(no_leaks):
 
 def test_with_closes():
     rec = Recorder(numbers())
-    with as_iterable_dataset(rec) as ds:
+    with integration.as_iterable_dataset(rec) as ds:
         list(ds)
     assert rec.closes == 1 and ds.closed
 
 
 def test_dataloader_without_workers(no_leaks):
     mapped = df.MapData(numbers(), add_one, num_parallel_workers=2)
-    ds = as_iterable_dataset(df.BatchData(mapped, 5), epochs=2)
-    loader = DataLoader(ds, batch_size=None, num_workers=0)
+    ds = integration.as_iterable_dataset(df.BatchData(mapped, 5), epochs=2)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
     for _ in range(2):
         batches = list(loader)
         assert [b[0].shape for b in batches] == [(5, 2, 3)] * 2
@@ -217,8 +218,8 @@ def test_dataloader_without_workers(no_leaks):
 
 
 def test_dataloader_workers_are_refused():
-    ds = as_iterable_dataset(numbers())
-    it = iter(DataLoader(ds, batch_size=None, num_workers=1))
+    ds = integration.as_iterable_dataset(numbers())
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1))
     with pytest.raises(RuntimeError, match="num_workers=0"):
         next(it)
     # Stop torch's worker now: left to the garbage collector, its shutdown takes 5 s.
@@ -230,10 +231,10 @@ def test_dataloader_workers_are_refused():
 
 def test_not_picklable():
     with pytest.raises(TypeError, match="num_workers=0"):
-        pickle.dumps(as_iterable_dataset(numbers()))
+        pickle.dumps(integration.as_iterable_dataset(numbers()))
 
 
 def test_length_unknown_is_a_type_error():
     bucketed = df.BucketBatchData(numbers(), [5], [2, 2])
     with pytest.raises(TypeError, match="unknown"):
-        len(as_iterable_dataset(bucketed))
+        len(integration.as_iterable_dataset(bucketed))

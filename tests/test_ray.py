@@ -14,13 +14,15 @@ import time
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.ray
+import dataflow as D
+from dataflow.parallel.mapper import OK, WorkerTraceback
+from dataflow.parallel.ray import RayExecutor, RayMapData, RayRunner
+from dataflow.parallel.threads import Constant
 
-import dataflow as D                                        # noqa: E402
-from dataflow.parallel.mapper import OK, WorkerTraceback        # noqa: E402
-from dataflow.parallel.ray import RayExecutor, RayMapData, RayRunner   # noqa: E402
-from dataflow.parallel.threads import Constant              # noqa: E402
+from .conftest import import_later
+
+ray = import_later("ray")   # at the first test, not at collection: these tests run last (conftest)
+pytestmark = pytest.mark.ray
 
 N = 120
 
