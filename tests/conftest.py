@@ -39,9 +39,11 @@ class import_later:
 
 
 def _helper_pids():
-    """multiprocessing's long-lived helpers (fork server, resource tracker): started once per
-    interpreter by design, so not counted as leaks."""
-    pids = set()
+    """multiprocessing's long-lived helpers (fork server, resource tracker) and the tensorpack
+    zygotes (tests/_tensorpack.py): started once per interpreter by design, so not counted as
+    leaks."""
+    from ._tensorpack import zygote_pids
+    pids = zygote_pids()
     from multiprocessing import forkserver, resource_tracker
     for obj, attr in ((getattr(forkserver, "_forkserver", None), "_forkserver_pid"),
                       (getattr(resource_tracker, "_resource_tracker", None), "_pid")):
@@ -78,11 +80,12 @@ def memfd_mappings():
 
 
 def snapshot():
+    from ._tensorpack import zygote_fds
     gc.collect()
     return {
         "processes": descendants(),
         "threads": {t.ident for t in threading.enumerate()},
-        "fds": len(os.listdir("/proc/self/fd")),
+        "fds": len(set(os.listdir("/proc/self/fd")) - zygote_fds()),
         "dev_shm": set(os.listdir("/dev/shm")),
         "memfd_mappings": memfd_mappings(),
     }
