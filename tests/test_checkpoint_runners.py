@@ -116,6 +116,35 @@ def test_runner_resumes_each_copy_where_it_stopped(no_leaks, kind):
         check_copies(before + after, made)
 
 
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_copy_whose_last_mark_ends_a_pass_resumes_into_the_next_pass(no_leaks, kind):
+    """A copy's mark comes on its 1st, 17th, ... datapoint; with passes of 17 datapoints the
+    17th is the last of the first pass, so the mark is "at the end of pass 0". A copy resumed
+    there has nothing left of that pass: it goes on with the next one. It raised "a pass of
+    MapData produced no datapoint" (found when two interruptions in a row put a copy there)."""
+    n = _ckpt.MARK_EVERY + 1
+
+    def make():
+        return D.MapData(D.DataFromList([[k] for k in range(n)], shuffle=False), tagged)
+    runner = {"threads": lambda: D.MultiThreadRunner(make, 4, 1),
+              "processes": lambda: D.MultiProcessRunner(make(), 4, 1)}[kind]
+    for k in (n, n + 3):                        # the mark, then the mark and 3 after it
+        df = runner()
+        df.reset_state()
+        before, _ = take(df, k, 2)
+        state = through_json(df.state_dict())
+        df.close()
+        df = runner()
+        df.load_state_dict(state)
+        df.reset_state()
+        try:
+            after, _ = take(df, n, 2)
+        finally:
+            df.close()
+        assert [(dp[0], dp[1], dp[2]) for dp in before + after] == \
+            [(j % n, j // n, j % n) for j in range(k + n)], f"resumed after {k}"
+
+
 def test_two_interruptions_and_state_moves_from_threads_to_processes(no_leaks):
     """A state of thread copies loads into process copies (as many), twice in a row; the copies'
     streams continue (their random draws are keyed by (pass, index, copy), and an unshuffled

@@ -80,11 +80,17 @@ class OwnDataFlow:
             local.copy = outer
         return [self.copy, n, mark, dp]     # a list: cheaper to send than a tuple
 
+    _continuing = False     # the next iter() continues a pass from a loaded position
+
     def _next(self):
         fresh, mark = False, None
         while True:
             if self._it is None:
-                fresh, mark = True, pass_progress(self.df)
+                # a pass resumed from a loaded position may have nothing left: it is not an
+                # empty pass (the position may be the end of one: a mark taken on its last
+                # datapoint)
+                fresh, mark = not self._continuing, pass_progress(self.df)
+                self._continuing = False
                 self._it = iter(self.df)
             try:
                 return next(self._it)
@@ -96,7 +102,7 @@ class OwnDataFlow:
     def _start_resumed(self):
         r, self._resume = self._resume, None
         self.df._set_position(r["at"])
-        self._it = None
+        self._it, self._continuing = None, True
         for _ in range(int(r["skip"])):
             self._next()
 
