@@ -311,13 +311,14 @@ class HeldUp:
     """A map function that holds datapoint ``victim`` in its worker until released, and
     records the key (run, index) of every datapoint it maps."""
 
-    def __init__(self, victim):
-        self.victim = victim
+    def __init__(self, victim, first_run_only=False):
+        self.victim, self.first_run_only = victim, first_run_only
         self.release = threading.Event()
         self.entered = threading.Event()
 
     def __call__(self, dp):
-        if dp[0] == self.victim and not self.release.is_set():
+        if dp[0] == self.victim and not self.release.is_set() and \
+                not (self.first_run_only and _rng._local.key[0] != 0):
             self.entered.set()
             self.release.wait(30)
         return [dp[0], list(_rng._local.key)]
@@ -325,6 +326,41 @@ class HeldUp:
 
 def keyed(dp):
     return [dp[0], list(_rng._local.key)]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("resume_in", ["threads", "processes"])
+def test_resume_after_whole_runs_were_handed_over_past_the_watermark(no_leaks, resume_in):
+    """A non-strict map's state is its watermark (the first datapoint whose result was not
+    handed over) and what was handed over after it. Here datapoint 1 of the first run is held
+    up in its worker while the other worker hands over the rest of that run and all of the
+    next: the resumed map sends datapoint 1 again and skips the others. It counted the skipped
+    ones as sent, so after a whole run of them its buffer looked full with nothing in it, and
+    the consumer waited forever."""
+    n = 5
+    func = HeldUp(victim=1, first_run_only=True)
+    df = D.MultiThreadMapData(numbers(n, shuffle=False), 2, func, buffer_size=3)
+    df.reset_state()
+    before = [plain(x) for _ in range(2) for x in df]       # two passes
+    assert func.entered.wait(10)
+    state = df.state_dict()
+    func.release.set()
+    df.close()
+    keys = [tuple(x[1]) for x in before]
+    assert (0, 1) not in keys and {(1, i) for i in range(n)} <= set(keys), keys
+
+    kind = D.MultiThreadMapData if resume_in == "threads" else D.MultiProcessMapData
+    df2 = kind(numbers(n, shuffle=False), 2, keyed, buffer_size=3)
+    df2.load_state_dict(through_json(state))
+    df2.reset_state()
+    try:
+        after = [plain(x) for _ in range(2) for x in df2]
+    finally:
+        df2.close()
+    assert len(after) == 2 * n
+    keys += [tuple(x[1]) for x in after]
+    assert (0, 1) in keys, "the held-up datapoint was lost"
+    assert len(keys) == len(set(keys)), "a datapoint was delivered twice"
 
 
 @pytest.mark.parametrize("strict", [True, False])

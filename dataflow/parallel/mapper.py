@@ -408,7 +408,10 @@ class ParallelMapData(ProxyDataFlow):
             st.index, exhausted = self._send(st.source, st.index, room)
             if st.index == before and not exhausted:
                 return                  # the workers have enough; wait for whole chunks
-            room -= st.index - before
+            # what was sent: after a resume, the index also passes over datapoints handed over
+            # before it (skip_send), which take no room (counted as room, they could use it all
+            # up, leaving the consumer waiting with nothing sent)
+            room = self._room()
             if exhausted:
                 if st.index == 0:
                     if pass_progress(self.ds) == st.run_progress:
