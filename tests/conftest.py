@@ -33,11 +33,10 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if id(item) not in ids] + heavy
     shard = config.getoption("--shard")
     if shard is not None:
-        try:
-            k, n = map(int, shard.split("/"))
-            assert 1 <= k <= n
-        except (ValueError, AssertionError):
+        k, _, n = shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
             raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, got {shard!r}")
+        k, n = int(k), int(n)
         config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % n != k - 1])
         items[:] = items[k - 1::n]
 
