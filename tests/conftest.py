@@ -10,35 +10,17 @@ import threading
 import pytest
 
 
-def pytest_addoption(parser):
-    parser.addoption("--shard", metavar="K/N", default=None,
-                     help="run only the K-th of N parts of the selected tests (every N-th test "
-                          "from the K-th on): .ci/run splits each other Python version's run")
-
-
-@pytest.hookimpl(trylast=True)              # after -m and -k have deselected theirs
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
     """The tests marked ``torch`` or ``ray`` run last, in their own order. Once torch (280 MB
     of mappings) or Ray is imported into this process, every process dataflow forked after it
     copies their page tables and faults in their pages: the fork-heavy files run 20 % slower
     after it. Their modules import them through :func:`import_later`, so that collecting
-    them does not import them either.
-
-    ``--shard K/N`` then keeps every N-th test from the K-th on. Taking them in turn, rather
-    than a block of files each, gives the parts about the same time to run."""
+    them does not import them either."""
     heavy = [item for item in items if item.get_closest_marker("torch")
              or item.get_closest_marker("ray")]
     if heavy:
         ids = {id(item) for item in heavy}
         items[:] = [item for item in items if id(item) not in ids] + heavy
-    shard = config.getoption("--shard")
-    if shard is not None:
-        k, _, n = shard.partition("/")
-        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
-            raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, got {shard!r}")
-        k, n = int(k), int(n)
-        config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % n != k - 1])
-        items[:] = items[k - 1::n]
 
 
 class import_later:
