@@ -135,7 +135,10 @@ def run_tensorpack(code, serialize="pickle", timeout=60, cwd=None):
         try:
             zygote.ask({"code": PRELUDE + textwrap.dedent(code), "out": out, "err": err,
                         "cwd": None if cwd is None else str(cwd)})
-            pid = zygote.reply(60)["pid"]
+            started = zygote.reply(60)
+            if started is None:
+                raise AssertionError("the tensorpack zygote did not start the snippet in 60 s")
+            pid = started["pid"]
             done = zygote.reply(timeout)
             if done is None:
                 os.kill(pid, signal.SIGKILL)
