@@ -8,10 +8,12 @@ Workloads (``shared/benchmark-workloads.md``):
   IMREAD_COLOR)`` then ``AugmentorList(fbresnet_augmentor(True))`` (tensorpack's ImageNet
   training augmentation), ``BatchData(32)``, 2 workers. The same map function in every system,
   each with its library's ``imgaug``. Goals: dataflow through the run-in-thread table >= 1.3x
-  tensorpack's better parallel mapper, and >= 1.8x dataflow's serial ``MapData``. A control
-  row runs two serial runs at once in two processes: their summed rate over one run's is what
-  two workers could gain on the machine at the time (about 2 on an idle 2-core machine; on a
-  loaded one, judge the parallel/serial ratio against it).
+  tensorpack's better parallel mapper, and >= 1.8x dataflow's serial ``MapData``. Two
+  control rows: two serial runs at once in two processes, whose summed rate over one run's is
+  what two workers could gain on the machine at the time (about 2 on an idle 2-core machine; on
+  a loaded one, judge the parallel/serial ratio against it); and the standard library's
+  ``ThreadPoolExecutor(2).map`` over the same function, which is what two plain threads gain
+  (the ceiling for any thread pool, since the GIL changes hands between the function's calls).
 * ``img``: 256 in-memory 256x320 JPEGs, decode -> random crop 224 -> flip -> normalize -> CHW,
   ``BatchData(32)``, 2 workers (the pipeline of ``benchmarks.workloads``). Goals: the table's
   choice >= 1.3x tensorpack's ``MultiThreadMapData`` and >= 1.3x torch's ``DataLoader(batch 32,
@@ -46,7 +48,8 @@ IMG_IMAGES = 1024
 
 SYSTEMS = {
     "fbresnet": ["dataflow-serial", "dataflow-table", "tensorpack-threads",
-                 "tensorpack-processes", "tensorpack-serial", "2x-dataflow-serial"],
+                 "tensorpack-processes", "tensorpack-serial", "2x-dataflow-serial",
+                 "threadpool"],
     "img": ["dataflow-table", "tensorpack-threads", "torch"],
 }
 DESCRIPTIONS = {
@@ -61,6 +64,9 @@ DESCRIPTIONS = {
     ("fbresnet", "tensorpack-serial"): "tensorpack MapData(ds, f) (serial)",
     ("fbresnet", "2x-dataflow-serial"):
         "control: two MapData(ds, f) (serial) processes at once, their rates summed",
+    ("fbresnet", "threadpool"):
+        "control: ThreadPoolExecutor(2).map(f, ds) (OpenCV at 1 thread, as in the table's "
+        "workers), batched by np.stack",
     ("img", "dataflow-table"):
         "MapData(ds, [Decode, RandomCrop, RandomHorizontalFlip, Normalize, HWC2CHW], "
         "num_parallel_workers=2, python_multiprocessing=True)",
@@ -68,11 +74,17 @@ DESCRIPTIONS = {
         "tensorpack MultiThreadMapData(ds, 2, f, buffer_size=200, strict=True) (Pillow/numpy)",
     ("img", "torch"): "torch DataLoader(ds, batch_size=32, num_workers=2) (Pillow/numpy)",
 }
-# A control, printed after the goals: two copies of our serial run at once, in two processes
-# (nothing shared), against one: what two workers could gain on this machine during the run.
-# On a loaded machine it is far below 2, and a "parallel / serial" goal cannot be judged there.
+# Controls, printed after the goals, each against our serial run: two copies of our serial run
+# at once, in two processes (nothing shared): what two workers could gain on this machine
+# during the run (on a loaded machine it is far below 2, and a "parallel / serial" goal cannot
+# be judged there); and the standard library's thread pool over the same function: what two
+# threads of this function gain on this machine, with no dataflow involved (the GIL changes
+# hands between the function's OpenCV and numpy calls, and on a VM whose idle vCPUs halt, each
+# hand-over to a sleeping thread costs a vCPU wake-up).
 CONTROLS = {
-    "fbresnet": [("2x-dataflow-serial", "dataflow-serial")],
+    "fbresnet": [("2x-dataflow-serial", "dataflow-serial", "what 2 workers could gain on the "
+                  "machine during this run"),
+                 ("threadpool", "dataflow-serial", "what 2 plain threads of f gain")],
     "img": [],
 }
 GOALS = {
@@ -116,9 +128,38 @@ def _batches_of_passes(df):
         yield from df
 
 
+class _ThreadPoolBatches:
+    """The control ``threadpool``: ``concurrent.futures.ThreadPoolExecutor(2).map(f, ...)``
+    over one pass of ``FB_REPEAT`` times ``source``, in order, stacked into batches of
+    ``BATCH`` by the consumer. OpenCV runs one thread per worker, as in the table's pool."""
+
+    def __init__(self, source, f):
+        import concurrent.futures
+        import cv2
+        self._cv2, self._cv_threads = cv2, cv2.getNumThreads()
+        cv2.setNumThreads(1)
+        self._pool = concurrent.futures.ThreadPoolExecutor(2)
+        self._results = self._pool.map(f, [dp for _ in range(FB_REPEAT) for dp in source])
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        dps = [next(self._results) for _ in range(BATCH)]
+        return [np.stack([dp[0] for dp in dps]), np.asarray([dp[1] for dp in dps])]
+
+    def close(self):
+        self._pool.shutdown(cancel_futures=True)
+        self._cv2.setNumThreads(self._cv_threads)
+
+
 def _open(workload, system, source):
     """(the stream of batches, an object to close or None, the mapper's executor)."""
     family = system.split("-")[0]
+    if workload == "fbresnet" and system == "threadpool":
+        import dataflow as m
+        batches = _ThreadPoolBatches(source, make_fbresnet_map(m.imgaug))
+        return batches, batches, "2 threads"
     if workload == "fbresnet":
         if family == "dataflow":
             import dataflow as m
@@ -277,12 +318,11 @@ def report(workload, results, repeats):
                 met = "met" if statistics.median(rs) >= goal else "MISSED"
                 print(f"- {ours} / the better of {', '.join(peers)}: {_ratio_fmt(rs)}; "
                       f"goal >= {goal}x: {met}")
-    for a_name, b_name in CONTROLS[workload]:
+    for a_name, b_name, what in CONTROLS[workload]:
         rs = [a["rate"] / b["rate"] for a, b in zip(results[a_name], results[b_name])
               if "rate" in a and "rate" in b]
         if rs:
-            print(f"- control (what 2 workers could gain on the machine during this run): "
-                  f"{a_name} / {b_name}: {_ratio_fmt(rs)}")
+            print(f"- control ({what}): {a_name} / {b_name}: {_ratio_fmt(rs)}")
 
 
 def main(argv=None):

@@ -59,6 +59,29 @@ def test_fbresnet_map_builds_its_augmentors_once_per_process():
     assert workloads._check_fb_batch([np.stack([x for x, _ in out] * 16), np.arange(32)])
 
 
+def test_fbresnet_thread_pool_control_yields_its_pass_in_batches_in_order(monkeypatch, no_leaks):
+    """benchmarks.images' control `threadpool` (ThreadPoolExecutor(2).map over the same map
+    function): one pass of FB_REPEAT times the source, in order, in batches; closing it stops
+    its threads and gives OpenCV back its thread count."""
+    import cv2
+    from benchmarks import images
+    from benchmarks.decoders import make_jpegs
+    monkeypatch.setattr(images, "BATCH", 4)
+    source = [[np.frombuffer(b, np.uint8), k] for k, b in enumerate(make_jpegs(4, seed=3))]
+    before = cv2.getNumThreads()
+    stream, closer, executor = images._open("fbresnet", "threadpool", source)
+    try:
+        batches = [next(stream) for _ in range(images.FB_REPEAT)]
+        with pytest.raises(StopIteration):
+            next(stream)
+    finally:
+        closer.close()
+    assert executor == "2 threads" and cv2.getNumThreads() == before
+    for x, labels in batches:
+        assert x.shape == (4, 224, 224, 3) and x.dtype == np.uint8
+        assert labels.tolist() == [0, 1, 2, 3]
+
+
 def test_prepared_data_is_written_then_removed(monkeypatch, no_leaks):
     monkeypatch.delenv(workloads.DATA_DIR_ENV, raising=False)
     monkeypatch.delenv("TENSORPACK_SERIALIZE", raising=False)
