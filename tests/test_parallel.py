@@ -473,6 +473,40 @@ def test_resuming_a_pass_after_close_raises_clearly(make, strict, then):
     df.close()
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_iterator_closed_before_its_first_next_raises_and_starts_no_workers(
+        make, strict, no_leaks):
+    """The pass begins at iter(): close() before the first next() ends it as it ends a pass
+    under way. That next() had started the workers again, which then outlived the close()."""
+    df = make(Numbers(10), 2, double, strict=strict)
+    df.reset_state()
+    it = iter(df)
+    df.close()
+    try:
+        with pytest.raises(RuntimeError, match="closed"):
+            next(it)
+        assert df._exec is None
+    finally:
+        df.close()
+    with df:                # a new iteration after close() starts the workers again
+        out = values(df)
+    assert len(out) == 10 and set(out) <= {2 * i for i in range(10)}
+
+
+def test_replacements_owed_when_closed_are_not_handed_over(make):
+    """on_error="replace": an error before the pass's first good result is owed a copy of that
+    result, handed over right after it. close() while that result is out ends the pass there:
+    the copy had still come out after the close()."""
+    df = make(Numbers(4), 2, fail_on_multiples_of_5, strict=True, ordered=True,
+              on_error="replace")
+    df.reset_state()
+    it = iter(df)
+    assert next(it) == [1]          # datapoint 0 failed: a copy of this one is owed
+    df.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        next(it)
+
+
 def slow_first_two(dp):
     if dp[0] < 2:
         time.sleep(0.05)        # one-time costs of a worker's first datapoint (the workload)

@@ -214,11 +214,16 @@ class ParallelMapData(ProxyDataFlow):
         st = self._state
         if self._resume is None and st is not None and st.in_pass:
             self._abandon()
-        return self._passes()
+        return self._passes(self._exec is not None)
 
-    def _passes(self):
+    def _passes(self, started):
+        """The pass; ``started``: the workers were running at ``iter()``, so if they are gone
+        now, ``close()`` came before the first ``next()`` and the pass cannot begin (starting
+        them again would leave workers running after the user's ``close()``)."""
         with self._guard:
             if self._exec is None:
+                if started:
+                    raise RuntimeError(CLOSED_WHILE_ITERATING)
                 self.reset_state()
             if self.strict:
                 yield from self._strict_pass()
@@ -365,7 +370,7 @@ class ParallelMapData(ProxyDataFlow):
         st.expect = first
         before = 0                     # results of this pass handed over before a resume
         policy = self._policy = _ErrorPolicy(
-            self, self._source_len(), lambda: before + self._handed_since(first))
+            self, st, self._source_len(), lambda: before + self._handed_since(first))
         source, index, exhausted = self._begin_run(first), 0, False
         if self._resume is not None:
             r, self._resume = self._resume, None
@@ -427,7 +432,7 @@ class ParallelMapData(ProxyDataFlow):
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
-        policy = self._policy = _ErrorPolicy(self, target, lambda: st.handled)
+        policy = self._policy = _ErrorPolicy(self, st, target, lambda: st.handled)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
             st.floor = st.expect = st.next_seq
@@ -641,8 +646,9 @@ class ParallelMapData(ProxyDataFlow):
 class _ErrorPolicy:
     """``on_error`` and ``max_errors`` applied to the results of one pass, in hand-over order."""
 
-    def __init__(self, owner, total, handed):
+    def __init__(self, owner, state, total, handed):
         self.owner = owner
+        self.state = state            # the owner's _Pass of this pass
         self.total = total            # datapoints in the pass, when known
         self.handed = handed          # () -> results of the pass handed over so far
         self.simple = owner.on_error != "replace"   # OK results need no bookkeeping
@@ -678,6 +684,7 @@ class _ErrorPolicy:
             self.last_good = value
             yield value
             while self.pending:
+                self.owner._check_current(self.state)    # closed or reset while it was out
                 self.pending -= 1
                 yield copy.deepcopy(value)
         elif kind == ERR:
