@@ -493,7 +493,8 @@ class MapData(ProxyDataFlow):
     (the whole chain in each process). The output is then still ordered and exactly once per pass:
     identical to the serial output. ``.executor`` says where it runs ("serial", "thread" or
     "process"). ``on_error``/``max_errors`` are the error policy of
-    :class:`~dataflow.MultiThreadMapData` (also without workers); ``max_restarts`` that of
+    :class:`~dataflow.MultiThreadMapData` (also without workers; counted in ``num_skipped``
+    and ``num_replaced``); ``max_restarts`` that of
     :class:`~dataflow.MultiProcessMapData`.
     """
 
@@ -544,6 +545,17 @@ class MapData(ProxyDataFlow):
         else:
             super().reset_state()
         self._pass, self._next, self._open = -1, 0, False
+
+    @property
+    def num_skipped(self):
+        """Datapoints dropped by ``on_error="skip"`` since ``reset_state()`` (as
+        :class:`~dataflow.MultiThreadMapData`'s); 0 when errors raise."""
+        return 0 if self._parallel is None else self._parallel.num_skipped
+
+    @property
+    def num_replaced(self):
+        """Datapoints replaced by ``on_error="replace"`` since ``reset_state()``."""
+        return 0 if self._parallel is None else self._parallel.num_replaced
 
     def close(self):
         """Stop the workers, if any, and close the source; ``reset_state()`` starts again."""

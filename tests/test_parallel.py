@@ -191,6 +191,23 @@ def test_replace_keeps_the_length(make):
     assert all(v in good for v in out)
 
 
+@pytest.mark.parametrize("workers", [None, 2])
+def test_mapdata_counts_what_its_error_policy_did(workers):
+    """MapData's on_error counts, as the parallel maps', serial or not (they were only on a
+    private attribute)."""
+    for on_error, length in (("skip", 16), ("replace", 20)):
+        with D.MapData(Numbers(20), fail_on_multiples_of_5, num_parallel_workers=workers,
+                       on_error=on_error) as df:
+            df.reset_state()
+            assert len(values(df)) == length
+            assert (df.num_skipped, df.num_replaced) == \
+                ((4, 0) if on_error == "skip" else (0, 4))
+            df.reset_state()
+            assert df.num_skipped == df.num_replaced == 0
+    plain = D.MapData(Numbers(3), double)
+    assert plain.num_skipped == plain.num_replaced == 0
+
+
 def test_replace_without_any_success_raises(make):
     with make(Numbers(10), 2, always_fail, strict=True, on_error="replace") as df:
         df.reset_state()
