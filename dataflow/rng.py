@@ -179,8 +179,10 @@ def datapoint_random_state():
     calls inside the map function, never on the worker or the executor; without a seed each
     datapoint gets fresh entropy.
 
-    "One datapoint" is one key *value* in this thread since the last :func:`set_seed` or
-    :func:`set_datapoint_key`: repeated calls continue one stream. Stacked maps
+    "One datapoint" is one key, the same object holding the same value, in this thread since
+    the last :func:`set_seed` or :func:`set_datapoint_key`: repeated calls continue one stream.
+    Another map whose key has the same value (a sibling map at the same stage, e.g. the inputs
+    of a ``ConcatData``) starts the stream again, as after a resume. Stacked maps
     (``MapData(MapData(ds, f), g)``, serial or parallel) set distinct keys for the same
     datapoint, their stage being part of the key (:func:`map_key`), so ``g`` never gets the very
     draws of ``f`` and draws the same numbers whatever runs ``f``.
@@ -192,19 +194,18 @@ def datapoint_random_state():
     each. Keys of another form are hashed to ``n`` through ``SeedSequence``; without a seed ``n``
     is random. The returned object is valid until the next datapoint of this thread.
     """
-    key = _local.slot[0]
-    if key is None:
+    obj = _local.slot[0]
+    if obj is None:
         return None
-    if key.__class__ is list:                    # a cursor: where it is now
-        key = tuple(key)
-    cached = _local.cached_rs                    # (key, generation, RandomState) of the last call
-    if cached is not None and (cached[0] is key or
-                               (cached[1] == _generation and cached[0] == key)):
-        if cached[0] is not key:
-            _local.cached_rs = (key, _generation, cached[2])
-        return cached[2]
+    key = tuple(obj) if obj.__class__ is list else obj      # a cursor: where it is now
+    # (key object, its value, generation, RandomState) of the last call: continued only for
+    # the very key object (a value equal by chance is another map's datapoint)
+    cached = _local.cached_rs
+    if cached is not None and cached[0] is obj and cached[1] == key and \
+            cached[2] == _generation:
+        return cached[3]
     rs = _keyed_random_state(key)
-    _local.cached_rs = (key, _generation, rs)
+    _local.cached_rs = (obj, key, _generation, rs)
     return rs
 
 

@@ -50,6 +50,11 @@ def noisy(dp):
     return [dp[0], int(_rng.datapoint_rng().integers(1 << 30))]
 
 
+def noisy_rs(dp):
+    """The same from the legacy ``RandomState`` stream (what image augmentors draw from)."""
+    return [dp[0], int(_rng.datapoint_random_state().randint(1 << 30))]
+
+
 def passes(df, n):
     return [[plain(x) for x in df] for _ in range(n)]
 
@@ -152,6 +157,11 @@ SERIAL = {
     "cache": lambda: D.CacheData(D.MapData(numbers(5), noisy)),
     "cache, shuffled": lambda: D.BatchData(D.CacheData(D.MapData(numbers(7), noisy),
                                                        shuffle=True), 2, remainder=True),
+    # two maps at the same stage see equal keys: the second's first datapoint had continued
+    # the first's last stream (RandomState), and started it again after a resume
+    "concat of maps on RandomState streams": lambda: D.ConcatData(
+        [D.MapData(numbers(1, shuffle=False), noisy_rs),
+         D.MapData(numbers(2, shuffle=False), noisy_rs)]),
     "batch by shape": lambda: D.BatchDataByShape(
         D.DataFromList([[np.zeros(k % 3), k] for k in range(11)]), 2, 0),
 }
@@ -186,6 +196,19 @@ def endless_check(build, n):
 def test_locally_shuffled_resumes_exactly_at_every_step(num_reuse):
     endless_check(lambda: D.LocallyShuffleData(D.MapData(numbers(9), noisy), 4,
                                                num_reuse=num_reuse, shuffle_interval=2), 30)
+
+
+def test_locally_shuffled_augmented_images_resume_exactly():
+    """An augmentor draws from the datapoint's RandomState stream: after a resume, refilling
+    the shuffle buffer maps datapoints again, and each must get its own stream, not continue
+    the one of an equal key seen last."""
+    def build():
+        images = D.DataFromList([[k, np.arange(6, dtype=np.uint8).reshape(1, 6) + k]
+                                 for k in range(3)], shuffle=False)
+        flipped = D.AugmentImageComponent(images, [D.imgaug.Flip(horiz=True, prob=0.5)],
+                                          index=1)
+        return D.LocallyShuffleData(D.RepeatedDataPoint(flipped, 2), 4)
+    endless_check(build, 12)
 
 
 def test_locally_shuffled_in_fixed_size_passes():
