@@ -58,6 +58,17 @@ class WorkerTraceback(Exception):
         return "\n\n" + self.text
 
 
+def _drop_frames(exc, seen=None):
+    """Clear ``__traceback__`` on ``exc`` and on every exception chained to it."""
+    seen = set() if seen is None else seen
+    if exc is None or id(exc) in seen:
+        return
+    seen.add(id(exc))
+    exc.__traceback__ = None
+    _drop_frames(exc.__cause__, seen)
+    _drop_frames(exc.__context__, seen)
+
+
 class WorkerError:
     """What a worker reports when the map function failed on one datapoint.
 
@@ -73,8 +84,14 @@ class WorkerError:
 
     @classmethod
     def from_exception(cls, exc, where, fatal=False):
-        return cls(exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                   where, fatal)
+        """Keeps the traceback as text and lets go of its frames: an error kept by the error
+        policy (``on_error="skip"``/``"replace"``) would otherwise keep alive the frames that
+        called the map function, which in a serial map are the consumer's own, with the source's
+        iterator suspended in them (a source that refuses a second iteration then refused the
+        next pass)."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        _drop_frames(exc)
+        return cls(exc, text, where, fatal)
 
     def to_exception(self):
         """The exception to raise in the consumer: the original type, with the worker's
