@@ -466,8 +466,8 @@ def refill(source, keys, resume_at, keep_iterator=False):
     iterator of ``source`` that continues from ``resume_at`` (or ``None``: call ``iter``).
 
     A source that can say where it is: consecutive steps are read in one go from the first
-    one's position, so exactly ``len(keys)`` datapoints are read, whatever the position in the
-    pass. A source that needs replay (its positions are counts of datapoints since the start of
+    one's position (from a step's own position where the source's pass ended before it), so
+    exactly ``len(keys)`` datapoints are read, whatever the position in the pass. A source that needs replay (its positions are counts of datapoints since the start of
     its pass, see :func:`replay_counted`): it can only get somewhere by re-iterating its pass,
     so it is set once to the oldest key's position and read on to the newest one, and that
     iterator continues to ``resume_at``: one re-iteration of the pass up to the newest buffered
@@ -490,6 +490,13 @@ def refill(source, keys, resume_at, keep_iterator=False):
         it = iter(source)
         for step in steps[i:j + 1]:
             dp = next(it, _END)
+            if dp is _END and step != steps[i]:
+                # consecutive reads that crossed the end of a pass of the source: this one
+                # was the first of the next pass, from the position recorded for it
+                _close(it)
+                source._set_position(pos_of[step])
+                it = iter(source)
+                dp = next(it, _END)
             if dp is _END:
                 raise ValueError(f"{type(source).__name__} ended while its datapoint {step} "
                                  "was being read again to restore a buffer: the source does "

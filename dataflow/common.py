@@ -387,6 +387,10 @@ class BatchDataByShape(BatchData):
         self._step = r["step"]
 
     def _abandon(self):
+        # A loaded position not used yet: its held datapoints stay held (buffers persist
+        # across passes), so read them back now; then the input moves on to its next pass.
+        if self._resume is not None:
+            self._restore()
         self.ds._abandon()
 
     def _fingerprint_params(self):

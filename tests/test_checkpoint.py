@@ -162,6 +162,12 @@ SERIAL = {
     "concat of maps on RandomState streams": lambda: D.ConcatData(
         [D.MapData(numbers(1, shuffle=False), noisy_rs),
          D.MapData(numbers(2, shuffle=False), noisy_rs)]),
+    # a state taken as the other input's pass ends: JoinData (RandomMixData) drops the pass of
+    # the batcher, whose loaded position then put its input back into the dropped pass
+    "join with a batch by shape": lambda: D.JoinData(
+        [numbers(3, shuffle=False), D.BatchDataByShape(numbers(7, shuffle=False), 2, 0)]),
+    "random mix of a batch by shape": lambda: D.RandomMixData([D.BatchDataByShape(
+        D.DataFromList([[k, np.zeros(2)] for k in range(5)], shuffle=False), 1, 1)]),
     "batch by shape": lambda: D.BatchDataByShape(
         D.DataFromList([[np.zeros(k % 3), k] for k in range(11)]), 2, 0),
 }
@@ -171,6 +177,18 @@ SERIAL = {
 def test_serial_resumes_exactly_at_every_step(name):
     ref = check_every_step(SERIAL[name], n_passes=3)
     assert len(ref) > 3
+
+
+@pytest.mark.parametrize("fixed_size", [False, True])
+def test_batch_by_shape_resumes_with_held_datapoints_from_two_passes_of_its_input(fixed_size):
+    """Its buffers persist across passes, so the datapoints it holds may come from two passes
+    of its input; reading them back had read on past the end of the first pass."""
+    def build():
+        src = D.DataFromList([[100 + k, np.arange(k % 3 + 1)] for k in range(6 if fixed_size
+                                                                               else 4)],
+                             shuffle=not fixed_size)
+        return D.BatchDataByShape(D.FixedSizeData(src, 4) if fixed_size else src, 2, 1)
+    check_every_step(build, n_passes=24)
 
 
 def endless_check(build, n):
