@@ -1355,12 +1355,18 @@ class CacheData(ProxyDataFlow):
     def __iter__(self):
         r, self._resume = self._resume, None
         if r is not None:
+            # The loaded pass is under way from iter() on (as _begin_filling says for a new
+            # one), not from the first next(): dropped before that, it still counts, as it does
+            # in an uninterrupted run (see _abandon).
             self._pass, self._start, self._filling, self._pos = r["pass"], r["start"], False, 0
             if r["filled"]:
                 self._refill_complete(r["src"])
+                self._pos = r["pos"]
                 return self._serve(r["pos"])
             if r["pos"]:
-                return self._fill(self._refilled_part(r["pos"]), r["pos"])
+                it = self._refilled_part(r["pos"])
+                self._filling, self._pos = True, r["pos"]
+                return self._fill(it, r["pos"])
             return self._fill(self._begin_filling(), 0)
         if self._filling or (self._complete and self._pos):
             self._pass += 1            # the previous pass was abandoned

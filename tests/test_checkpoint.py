@@ -168,6 +168,9 @@ SERIAL = {
         [numbers(3, shuffle=False), D.BatchDataByShape(numbers(7, shuffle=False), 2, 0)]),
     "random mix of a batch by shape": lambda: D.RandomMixData([D.BatchDataByShape(
         D.DataFromList([[k, np.zeros(2)] for k in range(5)], shuffle=False), 1, 1)]),
+    # a state taken while the cache fills; the resumed pass may drop it before its first next()
+    "random choose of a shuffled cache": lambda: D.RandomChooseData(
+        [D.CacheData(numbers(4, shuffle=False), shuffle=True), numbers(4)]),
     "batch by shape": lambda: D.BatchDataByShape(
         D.DataFromList([[np.zeros(k % 3), k] for k in range(11)]), 2, 0),
 }
