@@ -317,6 +317,40 @@ def _random_stage(df, depth):
     return below + (1 if keyed else 0)
 
 
+# A map's ``_random_stage`` holds its stage in the low bits and its branch above them.
+_STAGE_BITS = _rng.STAGE_BITS
+_BRANCHES = 1 << 16        # inputs of one dataflow told apart (more wrap around)
+
+
+def mark_branches(inputs):
+    """Called by a dataflow that reads several ``inputs`` side by side (``ConcatData``,
+    ``JoinData``, ``RandomMixData``, ``RandomChooseData``). The maps below input ``i`` get
+    branch ``i + 1`` in their random-stream key (composed with the branch a nested dataflow of
+    this kind gave them), so that maps side by side at the same stage draw different numbers
+    for their datapoint ``k``: the same key would give both the same stream (two "views" of
+    one image augmented alike)."""
+    for i, df in enumerate(inputs):
+        _mark_branch(df, i % _BRANCHES + 1, set())
+
+
+def _mark_branch(df, branch, seen):
+    if id(df) in seen or len(seen) > 10000:
+        return
+    seen.add(id(df))
+    keyed = getattr(type(df), "keys_random_streams", None)
+    if keyed is False:          # a runner: its copies' maps are keyed by copy
+        return
+    if keyed:
+        stage = df._random_stage
+        code = (stage >> _STAGE_BITS) * (_BRANCHES + 1) + branch
+        df._random_stage = (code << _STAGE_BITS) | (stage & ((1 << _STAGE_BITS) - 1))
+    for d in _ckpt.inputs_of(df):
+        _mark_branch(d, branch, seen)
+    inner = getattr(df, "_parallel", None)      # MapData's own parallel map
+    if inner is not None:
+        _mark_branch(inner, branch, seen)
+
+
 class ProxyDataFlow(DataFlow):
     """A dataflow that wraps another one (``self.ds``) and by default forwards everything to it."""
 

@@ -21,7 +21,7 @@ from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
                        func_name, is_int, pass_progress, progress_bar, repeat_forever)
 from .base import (DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflows,
-                   random_stage)
+                   mark_branches, random_stage)
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
@@ -905,6 +905,7 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
         else:
             prob = 1.0 / len(df_lists)
             self.df_lists = [(d, prob) for d in as_dataflows(df_lists)]
+        mark_branches([d for d, _ in self.df_lists])     # see base.mark_branches
 
     def reset_state(self):
         super().reset_state()
@@ -958,6 +959,7 @@ class RandomMixData(_MixPosition, RNGDataFlow):
     def __init__(self, df_lists):
         super().__init__()
         self.df_lists = as_dataflows(df_lists)
+        mark_branches(self.df_lists)
         self.sizes = [len(k) for k in self.df_lists]
 
     def reset_state(self):
@@ -1003,6 +1005,7 @@ class ConcatData(DataFlow):
 
     def __init__(self, df_lists):
         self.df_lists = as_dataflows(df_lists)
+        mark_branches(self.df_lists)
 
     def reset_state(self):
         for d in self.df_lists:
@@ -1053,6 +1056,7 @@ class JoinData(DataFlow):
         self.df_lists = as_dataflows(df_lists)
         if not df_lists:            # it would yield [] forever
             raise ValueError("JoinData: df_lists must hold at least one dataflow")
+        mark_branches(self.df_lists)
         lens = [dataflow_length(d) for d in df_lists]
         if None not in lens and len(set(lens)) > 1:
             logger.warning("JoinData: the dataflows to join have different lengths %s; "

@@ -500,6 +500,37 @@ def test_stacked_maps_draw_independently_and_alike_on_every_executor():
     _same(serial, _run(component))
 
 
+@pytest.mark.usefixtures("no_leaks")
+def test_maps_side_by_side_augment_differently_and_alike_on_every_executor():
+    """Two views of one image (JoinData of two augmenting maps over the same source): each map
+    has its own stream (its branch), so the views differ, whatever executor runs them. Both
+    maps' keys were equal: serially the second continued the first's stream (so a resumed run
+    drew otherwise), in workers it restarted it (identical views)."""
+    def pipeline(workers, python=False):
+        augs = [imgaug.Flip(horiz=True)] + ([PythonAug()] if python else [])
+        views = [MapData(_source(), [ops.Augment(augs)], num_parallel_workers=workers,
+                         python_multiprocessing=True) for _ in range(2)]
+        return dataflow.JoinData(views)
+
+    set_seed(4)
+    serial = _run(pipeline(None))
+    same = [np.array_equal(dp[0], dp[2]) for p in serial for dp in p]
+    # two independent flips of one image: about half the pairs differ
+    assert 0.25 * len(same) <= same.count(False) <= 0.75 * len(same)
+    for workers, python in ((2, False), (2, True)):
+        set_seed(4)
+        df = pipeline(workers, python)
+        assert df.df_lists[0].executor == ("process" if python else "thread")
+        got = _run(df)
+        for df_list in df.df_lists:
+            df_list.close()
+        assert len(got) == len(serial)
+        for pa, pb in zip(got, serial):
+            for x, y in zip(pa, pb):
+                np.testing.assert_array_equal(x[0], y[0])
+                np.testing.assert_array_equal(x[2], y[2])
+
+
 def test_outside_a_map_augmentors_use_their_own_rng():
     set_seed(5)
     _run(MapData(_source(4), [ops.Augment(_augmentors())]))
