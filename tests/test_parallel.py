@@ -524,6 +524,49 @@ def test_replacements_owed_when_closed_are_not_handed_over(make):
         next(it)
 
 
+class BreaksAt(D.DataFlow):
+    """Datapoints [0] .. [n - 1], except that the source raises instead of giving [bad]."""
+
+    def __init__(self, bad, n):
+        self.bad, self.n = bad, n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for k in range(self.n):
+            if k == self.bad:
+                raise ValueError(f"source broken at {k}")
+            yield [k]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_source_error_comes_after_the_results_of_what_the_source_gave(make, strict, ordered):
+    """As a serial map raises it after the datapoints before it. The error had been raised as
+    soon as the source raised, and the results of the datapoints read before it were lost (or,
+    unordered in processes, handed over in the next pass)."""
+    with make(BreaksAt(3, 6), 2, double, strict=strict, ordered=ordered, buffer_size=4) as df:
+        df.reset_state()
+        for _ in range(2):              # each pass, not only the first
+            got = []
+            with pytest.raises(ValueError, match="source broken at 3"):
+                for dp in df:
+                    got.append(dp[0])
+            assert (got if ordered else sorted(got)) == [0, 2, 4]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_a_serial_map_with_an_error_policy_raises_a_source_error_in_its_place(on_error):
+    with D.MapData(BreaksAt(3, 6), double, on_error=on_error) as df:
+        df.reset_state()
+        got = []
+        with pytest.raises(ValueError, match="source broken at 3"):
+            for dp in df:
+                got.append(dp[0])
+    assert got == [0, 2, 4]
+
+
 def slow_first_two(dp):
     if dp[0] < 2:
         time.sleep(0.05)        # one-time costs of a worker's first datapoint (the workload)

@@ -85,6 +85,7 @@ class _Pass:
         self.handled = 0           # non-strict: results handed over in that pass
         self.in_pass = False
         self.floor = 0             # non-strict: results of lower seqs are discarded (a load)
+        self.source_error = None   # what the source raised: raised once all it gave is out
 
 
 class ParallelMapData(ProxyDataFlow):
@@ -270,23 +271,29 @@ class ParallelMapData(ProxyDataFlow):
                 self._mark(index)
             items = []
             seq, skip = st.next_seq, st.skip_send
-            for dp in source:
-                if skip and seq in skip:      # handed over before the resume: not again
-                    skip.discard(seq)
+            try:
+                for dp in source:
+                    if skip and seq in skip:      # handed over before the resume: not again
+                        skip.discard(seq)
+                        seq += 1
+                        index += 1
+                        continue
+                    items.append((seq, index, dp))
                     seq += 1
                     index += 1
-                    continue
-                items.append((seq, index, dp))
-                seq += 1
-                index += 1
-                if len(items) == n:
-                    break
+                    if len(items) == n:
+                        break
+            except Exception as e:
+                # The source failed: what it gave before goes to the workers as usual, and the
+                # error is raised once their results are handed over (_raise_source_error),
+                # as a serial map raises it after the datapoints before it.
+                st.source_error = e
             if items:
                 ex.submit(st.run, items)      # may raise (a datapoint that cannot be sent)
                 for s, i, _ in items:
                     st.outstanding[s] = i
             st.next_seq = seq
-            if len(items) < n:
+            if len(items) < n or st.source_error is not None:
                 return index, True
             room -= n
         return index, False
@@ -364,6 +371,7 @@ class ParallelMapData(ProxyDataFlow):
 
     def _strict_pass(self):
         st = self._state
+        st.source_error = None         # one left by a pass that ended on another error
         first = st.next_seq
         st.held.clear()
         st.ready.clear()
@@ -397,8 +405,16 @@ class ParallelMapData(ProxyDataFlow):
                     not (st.outstanding and next(reversed(st.outstanding)) >= first):
                 break
             self._receive(first)
+        self._raise_source_error(st)
         st.in_pass = False
         policy.finish()
+
+    def _raise_source_error(self, st):
+        """Raise what the source raised, now that the results of what it gave before are
+        handed over."""
+        e, st.source_error = st.source_error, None
+        if e is not None:
+            raise e
 
     def _fill_endless(self):
         """Non-strict mode: keep the buffer full from the source, restarting it when it ends."""
@@ -411,6 +427,8 @@ class ParallelMapData(ProxyDataFlow):
                 st.run_progress = pass_progress(self.ds)
             before = st.index
             st.index, exhausted = self._send(st.source, st.index, room)
+            if st.source_error is not None:
+                return                  # nothing more is sent (see _endless_pass)
             if st.index == before and not exhausted:
                 return                  # the workers have enough; wait for whole chunks
             # what was sent: after a resume, the index also passes over datapoints handed over
@@ -429,6 +447,7 @@ class ParallelMapData(ProxyDataFlow):
 
     def _endless_pass(self):
         st = self._state
+        st.source_error = None         # one left by a pass that ended on another error
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
@@ -457,6 +476,8 @@ class ParallelMapData(ProxyDataFlow):
                 target = policy.total = st.run_len
                 continue
             if not st.ready:
+                if st.source_error is not None and not st.outstanding:
+                    self._raise_source_error(st)
                 self._receive(st.floor)
             while st.ready and (target is None or handled < target):
                 if self._state is not st:       # closed or reset while this pass was out
