@@ -479,7 +479,7 @@ def refill(source, keys, resume_at, keep_iterator=False):
         out, it = _refill_sweep(source, steps, pos_of)
         if it is not None and keep_iterator and _same(source._get_position(), resume_at):
             return out, it
-        _close(it)
+        close_iterator(it)
         steps = [k for k in steps if k not in out]
     i = 0
     while i < len(steps):
@@ -493,7 +493,7 @@ def refill(source, keys, resume_at, keep_iterator=False):
             if dp is _END and step != steps[i]:
                 # consecutive reads that crossed the end of a pass of the source: this one
                 # was the first of the next pass, from the position recorded for it
-                _close(it)
+                close_iterator(it)
                 source._set_position(pos_of[step])
                 it = iter(source)
                 dp = next(it, _END)
@@ -502,7 +502,7 @@ def refill(source, keys, resume_at, keep_iterator=False):
                                  "was being read again to restore a buffer: the source does "
                                  "not produce the same datapoints as when the state was saved")
             out[step] = dp
-        _close(it)
+        close_iterator(it)
         i = j + 1
     source._set_position(resume_at)
     return (out, None) if keep_iterator else out
@@ -530,10 +530,12 @@ def _same(a, b):
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _close(it):
+def close_iterator(it):
+    """Close ``it`` if it can be closed (a generator: its source's guard is released now)."""
     close = getattr(it, "close", None)
     if close is not None:
         close()
+
 
 
 def rereadable(df, reader):

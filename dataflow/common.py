@@ -536,10 +536,14 @@ class MapData(ProxyDataFlow):
         if self.executor != SERIAL or on_error != "raise":
             # Below parallel/ (see above): the parallel map is imported when one is needed.
             from .parallel.runners import parallel_map
+            # Serially (an error policy without workers) nothing is read ahead, as without a
+            # policy: a source whose state outlives its passes (LocallyShuffleData's buffer)
+            # would otherwise be read further than the pipeline's consumer took it.
             self._parallel = parallel_map(
                 ds, num_parallel_workers or 1, _ShallowCopyFirst(self.func), self.executor,
                 strict=True, ordered=True, on_error=on_error, max_errors=max_errors,
-                max_restarts=max_restarts)
+                max_restarts=max_restarts,
+                **({"buffer_size": 1} if self.executor == SERIAL else {}))
             _tell_stats_parallel(self, self._parallel)
         _tell_stats_label(self, self.func)
 

@@ -55,6 +55,13 @@ def noisy_rs(dp):
     return [dp[0], int(_rng.datapoint_random_state().randint(1 << 30))]
 
 
+def noisy_or_failing(dp):
+    """``noisy``, but datapoints 2, 7, 12, ... raise (for maps with an error policy)."""
+    if dp[0] % 5 == 2:
+        raise KeyError(f"no datapoint {dp[0]}")
+    return noisy(dp)
+
+
 def passes(df, n):
     return [[plain(x) for x in df] for _ in range(n)]
 
@@ -171,6 +178,12 @@ SERIAL = {
     # a state taken while the cache fills; the resumed pass may drop it before its first next()
     "random choose of a shuffled cache": lambda: D.RandomChooseData(
         [D.CacheData(numbers(4, shuffle=False), shuffle=True), numbers(4)]),
+    # a serial map with an error policy over a source that runs on across its passes, its
+    # pass dropped by RandomMixData: it read ahead of its consumer, and a resumed pass that was
+    # dropped left that source one datapoint behind
+    "random mix of a skipping map over a local shuffle": lambda: D.RandomMixData([D.MapData(
+        D.LocallyShuffleData(numbers(4), 3, num_reuse=2, shuffle_interval=3),
+        noisy_or_failing, on_error="skip")]),
     "batch by shape": lambda: D.BatchDataByShape(
         D.DataFromList([[np.zeros(k % 3), k] for k in range(11)]), 2, 0),
 }

@@ -637,6 +637,11 @@ class ParallelMapData(ProxyDataFlow):
         if r is not None:
             if r.get("open", True):
                 if self.strict:
+                    if r.get("skip"):
+                        # the source on to the loaded pass's watermark, where the dropped pass
+                        # had read it: a source that runs on across its passes
+                        # (LocallyShuffleData) continues from there
+                        _ckpt.close_iterator(_ckpt.skipped(self.ds, r["skip"]))
                     self._resume = dict(r, run=r["run"] + 1, index=0, skip=0, done=[],
                                         open=False)
                     self._resume["pass"] = self._resume["run"]
