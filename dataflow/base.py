@@ -97,6 +97,10 @@ class DataFlowReentrantGuard:
         self._lock.release()
         return False
 
+    def locked(self):
+        """Whether an iteration holds it now."""
+        return self._lock.locked()
+
 
 def restore_attributes(obj, state):
     """Set the attributes of ``obj`` from a pickled ``state``: a dict, or pickle's

@@ -701,6 +701,52 @@ def test_a_pass_begins_at_iter_for_every_map(no_leaks, kind):
     df2.close() if kind != "serial" else None
 
 
+def test_a_pass_made_and_dropped_unstarted_counts_for_every_map(no_leaks):
+    """JoinData, RandomMixData and RandomChooseData make a pass of an input and may end on
+    another one before taking from it. Serial MapData counts that pass (it begins at iter());
+    a strict parallel map counted it only once started, so all its later passes drew other
+    random numbers than serial MapData's, and a serial state resumed it elsewhere."""
+    def build(kind):
+        src = D.DataFromList([[k] for k in range(5)], shuffle=True)
+        if kind == "serial":
+            return D.MapData(src, noisy)
+        if kind == "MapData on threads":
+            return D.MapData(src, D.native(noisy), num_parallel_workers=2)
+        return (D.MultiThreadMapData if kind == "threads" else D.MultiProcessMapData)(
+            src, 2, noisy, strict=True, ordered=True, buffer_size=3)
+    out = {}
+    for kind in ("serial", "MapData on threads", "threads", "processes"):
+        D.set_seed(SEED)
+        df = build(kind)
+        df.reset_state()
+        it = iter(df)
+        del it                       # made and dropped unstarted
+        out[kind] = passes(df, 2)
+        df.close()
+        assert out[kind] == out["serial"], kind
+    # and as JoinData makes it: a state of the serial pipeline resumes the parallel one
+    def joined(kind):
+        return D.JoinData([numbers(2, shuffle=False), build(kind)])
+    D.set_seed(SEED)
+    ref = joined("serial")
+    ref.reset_state()
+    want = passes(ref, 3)
+    ref.close()
+    D.set_seed(SEED)
+    df = joined("serial")
+    df.reset_state()
+    got = passes(df, 1)
+    state = through_json(df.state_dict())
+    df.close()
+    D.set_seed(SEED)
+    df = joined("threads")
+    df.load_state_dict(state)
+    df.reset_state()
+    got += passes(df, 2)
+    df.close()
+    assert got == want
+
+
 def test_proxy_subclass_without_state_inherits_its_input_position():
     class Doubled(D.ProxyDataFlow):
         def __iter__(self):

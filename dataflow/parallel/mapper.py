@@ -86,6 +86,7 @@ class _Pass:
         self.in_pass = False
         self.floor = 0             # non-strict: results of lower seqs are discarded (a load)
         self.source_error = None   # what the source raised: raised once all it gave is out
+        self.begun = 0             # strict: passes begun, to tell an iterator's from a newer one
 
 
 class ParallelMapData(ProxyDataFlow):
@@ -212,22 +213,38 @@ class ParallelMapData(ProxyDataFlow):
         # The pass begins at iter(), not at the first next() (as MapData's, see
         # checkpoint.PassPosition): a pass left unfinished (its iterator dropped) is abandoned
         # now, so that a state taken before the first next() is that of the new pass.
+        # A strict pass also begins its run of the source here, as MapData does, so that one
+        # made and dropped unstarted (by JoinData, RandomMixData, ...) counts, and the runs
+        # (the keys of random ops) stay those of serial MapData. Not while another iteration
+        # holds the guard (that one would be disturbed, and this one is refused at next()),
+        # nor to resume a loaded position, which reads the source (at the first next()).
         st = self._state
         if self._resume is None and st is not None and st.in_pass:
             self._abandon()
-        return self._passes(self._exec is not None)
+        begun = None
+        if self.strict and self._resume is None and st is not None and \
+                self._exec is not None and not self._guard.locked():
+            begun = self._begin_strict()
+        return self._passes(self._exec is not None, begun)
 
-    def _passes(self, started):
+    def _passes(self, started, begun):
         """The pass; ``started``: the workers were running at ``iter()``, so if they are gone
         now, ``close()`` came before the first ``next()`` and the pass cannot begin (starting
-        them again would leave workers running after the user's ``close()``)."""
+        them again would leave workers running after the user's ``close()``). ``begun``: the
+        strict pass as :meth:`__iter__` began it, or None."""
         with self._guard:
             if self._exec is None:
                 if started:
                     raise RuntimeError(CLOSED_WHILE_ITERATING)
                 self.reset_state()
             if self.strict:
-                yield from self._strict_pass()
+                st = self._state
+                if begun is None or begun[0] is not st or begun[1] != st.begun:
+                    # reset_state(), or another iter() that began a pass, came in between
+                    if st.in_pass and self._resume is None:
+                        self._abandon()
+                    begun = self._begin_strict()
+                yield from self._strict_pass(*begun)
             else:
                 yield from self._endless_pass()
 
@@ -369,7 +386,9 @@ class ParallelMapData(ProxyDataFlow):
             ex.retire_worker()
         self.num_workers = ex.num_workers
 
-    def _strict_pass(self):
+    def _begin_strict(self):
+        """Begin a strict pass (a run of the source); returns what :meth:`_strict_pass` goes
+        on with."""
         st = self._state
         st.source_error = None         # one left by a pass that ended on another error
         first = st.next_seq
@@ -379,7 +398,7 @@ class ParallelMapData(ProxyDataFlow):
         before = 0                     # results of this pass handed over before a resume
         policy = self._policy = _ErrorPolicy(
             self, st, self._source_len(), lambda: before + self._handed_since(first))
-        source, index, exhausted = self._begin_run(first), 0, False
+        source, index = self._begin_run(first), 0
         if self._resume is not None:
             r, self._resume = self._resume, None
             st.run, index = r["run"] - 1, r["index"]
@@ -387,6 +406,11 @@ class ParallelMapData(ProxyDataFlow):
             policy.restore(r)
         st.run += 1
         st.in_pass = True
+        st.begun += 1
+        return st, st.begun, first, policy, source, index
+
+    def _strict_pass(self, st, _number, first, policy, source, index):
+        exhausted = False
         while True:
             self._check_current(st)
             while st.ready:
