@@ -747,6 +747,27 @@ def test_a_pass_made_and_dropped_unstarted_counts_for_every_map(no_leaks):
     assert got == want
 
 
+@pytest.mark.parametrize("seed", [5, 7])
+def test_random_choose_of_a_parallel_map_resumes_and_matches_serial(no_leaks, monkeypatch,
+                                                                     seed):
+    """RandomChooseData makes passes of the map that it ends before taking from it: they count
+    in the parallel map as in the serial one, also in a pipeline resumed from a state taken
+    before the map's first pass began (a loaded position between passes)."""
+    def build(parallel):
+        def mapped():
+            src = numbers(3, shuffle=False)
+            if parallel:
+                return D.MultiThreadMapData(src, 2, noisy, strict=True, ordered=True,
+                                            buffer_size=4)
+            return D.MapData(src, noisy)
+        return lambda: D.RandomChooseData(
+            [D.SelectComponent(numbers(1), [0, 0]), mapped()])
+    monkeypatch.setattr(sys.modules[__name__], "SEED", seed)
+    ref = check_every_step(build(True), n_passes=6)
+    assert ref == reference(build(False), 6)
+    assert sum(1 for _, dp in ref if len(dp) == 2) >= 3      # the map's datapoints are there
+
+
 def test_proxy_subclass_without_state_inherits_its_input_position():
     class Doubled(D.ProxyDataFlow):
         def __iter__(self):

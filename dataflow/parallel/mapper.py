@@ -217,12 +217,12 @@ class ParallelMapData(ProxyDataFlow):
         # made and dropped unstarted (by JoinData, RandomMixData, ...) counts, and the runs
         # (the keys of random ops) stay those of serial MapData. Not while another iteration
         # holds the guard (that one would be disturbed, and this one is refused at next()),
-        # nor to resume a loaded position, which reads the source (at the first next()).
+        # nor to resume a loaded position that reads the source again (at the first next()).
         st = self._state
         if self._resume is None and st is not None and st.in_pass:
             self._abandon()
         begun = None
-        if self.strict and self._resume is None and st is not None and \
+        if self.strict and not (self._resume or {}).get("skip") and st is not None and \
                 self._exec is not None and not self._guard.locked():
             begun = self._begin_strict()
         return self._passes(self._exec is not None, begun)
