@@ -217,13 +217,14 @@ class ParallelMapData(ProxyDataFlow):
         # made and dropped unstarted (by JoinData, RandomMixData, ...) counts, and the runs
         # (the keys of random ops) stay those of serial MapData. Not while another iteration
         # holds the guard (that one would be disturbed, and this one is refused at next()),
-        # nor to resume a loaded position that reads the source again (at the first next()).
+        # nor to continue a loaded pass (at the first next(); one loaded between passes
+        # begins here).
         st = self._state
         if self._resume is None and st is not None and st.in_pass:
             self._abandon()
         begun = None
-        if self.strict and not (self._resume or {}).get("skip") and st is not None and \
-                self._exec is not None and not self._guard.locked():
+        if self.strict and not (self._resume or {}).get("open", False) and st is not None \
+                and self._exec is not None and not self._guard.locked():
             begun = self._begin_strict()
         return self._passes(self._exec is not None, begun)
 
