@@ -223,8 +223,9 @@ class ParallelMapData(ProxyDataFlow):
         if self._resume is None and st is not None and st.in_pass:
             self._abandon()
         begun = None
-        if self.strict and not (self._resume or {}).get("open", False) and st is not None \
-                and self._exec is not None and not self._guard.locked():
+        loaded_open = self._resume is not None and self._resume.get("open", True)
+        if self.strict and not loaded_open and st is not None and self._exec is not None \
+                and not self._guard.locked():
             begun = self._begin_strict()
         return self._passes(self._exec is not None, begun)
 
