@@ -157,15 +157,14 @@ def datapoint_rng():
     """
     obj = _local.slot[0]
     key = tuple(obj) if obj.__class__ is list else obj       # a cursor: where it is now
-    cached = _local.cached            # (key object, its value, generator, generation): last call
-    if cached is not None and cached[0] is obj and cached[1] == key and \
-            cached[3] == _generation:
-        return cached[2]
+    g = _last_stream(_local.cached, obj, key)
+    if g is not None:
+        return g
     if key is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
         g = np.random.Generator(_keyed_bitgen(_GENERATOR, key))
-    _local.cached = (obj, key, g, _generation)
+    _local.cached = (obj, key, _generation, g)
     return g
 
 
@@ -198,15 +197,23 @@ def datapoint_random_state():
     if obj is None:
         return None
     key = tuple(obj) if obj.__class__ is list else obj      # a cursor: where it is now
-    # (key object, its value, generation, RandomState) of the last call: continued only for
-    # the very key object (a value equal by chance is another map's datapoint)
-    cached = _local.cached_rs
-    if cached is not None and cached[0] is obj and cached[1] == key and \
-            cached[2] == _generation:
-        return cached[3]
+    rs = _last_stream(_local.cached_rs, obj, key)
+    if rs is not None:
+        return rs
     rs = _keyed_random_state(key)
     _local.cached_rs = (obj, key, _generation, rs)
     return rs
+
+
+def _last_stream(cached, obj, key):
+    """The stream of the last call (``cached``: its key object, the key's value then, the seed
+    generation and the stream) if this call is for the very same datapoint: the same key
+    object holding the same value under the same seed (a value equal by chance is another
+    map's datapoint); else ``None``."""
+    if cached is not None and cached[0] is obj and cached[1] == key and \
+            cached[2] == _generation:
+        return cached[3]
+    return None
 
 
 # The spawn keys of the base streams of the two kinds of per-datapoint stream: distinct from each
