@@ -321,8 +321,7 @@ def _random_stage(df, depth):
     return below + (1 if keyed else 0)
 
 
-# A map's ``_random_stage`` holds its stage in the low bits and its branch above them.
-_STAGE_BITS = _rng.STAGE_BITS
+# A map's ``_random_stage`` holds its stage in the low rng.STAGE_BITS and its branch above.
 _BRANCHES = 1 << 16        # inputs of one dataflow told apart (more wrap around)
 
 
@@ -338,16 +337,16 @@ def mark_branches(inputs):
 
 
 def _mark_branch(df, branch, seen):
-    if id(df) in seen or len(seen) > 10000:
+    if id(df) in seen:
         return
     seen.add(id(df))
     keyed = getattr(type(df), "keys_random_streams", None)
     if keyed is False:          # a runner: its copies' maps are keyed by copy
         return
     if keyed:
-        stage = df._random_stage
-        code = (stage >> _STAGE_BITS) * (_BRANCHES + 1) + branch
-        df._random_stage = (code << _STAGE_BITS) | (stage & ((1 << _STAGE_BITS) - 1))
+        bits, stage = _rng.STAGE_BITS, df._random_stage
+        code = (stage >> bits) * (_BRANCHES + 1) + branch
+        df._random_stage = (code << bits) | (stage & ((1 << bits) - 1))
     for d in _ckpt.inputs_of(df):
         _mark_branch(d, branch, seen)
     inner = getattr(df, "_parallel", None)      # MapData's own parallel map

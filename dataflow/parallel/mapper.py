@@ -411,7 +411,9 @@ class ParallelMapData(ProxyDataFlow):
         st.begun += 1
         return st, st.begun, first, policy, source, index
 
-    def _strict_pass(self, st, _number, first, policy, source, index):
+    def _strict_pass(self, st, number, first, policy, source, index):
+        """The strict pass that :meth:`_begin_strict` began (``number``: which one, see
+        :meth:`_passes`)."""
         exhausted = False
         while True:
             self._check_current(st)
