@@ -468,10 +468,10 @@ def refill(source, keys, resume_at, keep_iterator=False):
     A source that can say where it is: consecutive steps are read in one go from the first
     one's position (from a step's own position where the source's pass ended before it), so
     exactly ``len(keys)`` datapoints are read, whatever the position in the pass. A source that
-    needs replay (its positions are counts of datapoints since the start of
-    its pass, see :func:`replay_counted`): it can only get somewhere by re-iterating its pass,
-    so it is set once to the oldest key's position and read on to the newest one, and that
-    iterator continues to ``resume_at``: one re-iteration of the pass up to the newest buffered
+    needs replay (its positions are counts of datapoints since the start of its pass, see
+    :func:`replay_counted`): it can only get somewhere by re-iterating its pass, so it is set
+    once to the oldest key's position and read on to the newest one, and that iterator
+    continues to ``resume_at``: one re-iteration of the pass up to the newest buffered
     datapoint, instead of one per run of consecutive keys."""
     out = {}
     steps = sorted(set(k for k, _ in keys))

@@ -108,40 +108,20 @@ def test_error_counts_survive_a_resume(no_leaks, kind, on_error, max_errors, str
         assert count == ref_count, f"resumed after {k}: {counter}"
 
 
-def fail_on_1(dp):
-    if dp[0] == 1:
-        raise KeyError("boom")
-    return [dp[0] * 10]
-
-
 def test_a_skipped_error_does_not_keep_the_source_iterating(tmp_path):
     """A serial map's skipped error kept its traceback, whose frames are the consumer's own,
     with the source's iterator suspended in them: an LMDB source (which refuses a second
-    iteration at once) then refused the next pass of a resumed pipeline."""
-    pytest.importorskip("lmdb")
+    iteration at once) then refused its next pass, e.g. in a resumed pipeline."""
     path = str(tmp_path / "db.lmdb")
     D.LMDBSerializer.save(D.DataFromList([[k] for k in range(3)], shuffle=False), path)
-
-    def build_it():
-        return D.RepeatedDataPoint(D.MapData(D.LMDBSerializer.load(path, shuffle=False),
-                                             fail_on_1, on_error="skip"), 2)
-    D.set_seed(SEED)
-    df = build_it()
-    df.reset_state()
-    ref = [x[0] for _ in range(2) for x in df]
+    src = D.LMDBSerializer.load(path, shuffle=False)
+    df = D.MapData(src, flaky, on_error="skip")
     df.reset_state()
     it = iter(df)
-    got = [next(it)[0]]
-    state = through_json(df.state_dict())
-    del it
+    assert next(it) == [0] and next(it) == [20]      # datapoint 1 raised and was skipped
+    del it                                           # the pass is dropped
+    assert [dp[0] for dp in src] == [0, 1, 2]        # the source iterates again at once
     df.close()
-    D.set_seed(SEED)
-    df = build_it()
-    df.load_state_dict(state)
-    df.reset_state()
-    got += [x[0] for _ in range(2) for x in df]
-    df.close()
-    assert ref == [0, 0, 20, 20] * 2 and got == ref
 
 
 def test_counts_are_in_the_state_only_with_an_error_policy():
