@@ -65,6 +65,13 @@ def pass_progress(df):
     return count() if callable(count) else 0
 
 
+def position_mid_pass(position):
+    """Whether ``position`` (a ``_get_position()`` value) may lie inside a pass, some of it
+    read: False only where the position says its pass has not begun (``"open": False``, as
+    sources and maps record it); a position that does not say counts as inside."""
+    return not (isinstance(position, dict) and position.get("open", True) is False)
+
+
 def repeat_forever(df, who):
     """The datapoints of ``df``, pass after pass, for ``who``; a pass that yields nothing and
     makes no progress (:func:`pass_progress`) raises :func:`empty_pass_error`."""

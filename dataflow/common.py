@@ -19,7 +19,8 @@ from . import checkpoint as _ckpt
 from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
-                       func_name, is_int, pass_progress, progress_bar, repeat_forever)
+                       func_name, is_int, pass_progress, position_mid_pass, progress_bar,
+                       repeat_forever)
 from .base import (DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflows,
                    mark_branches, random_stage)
 from .collate import aggregate_batch, batch_numpy
@@ -732,6 +733,7 @@ class RepeatedData(ProxyDataFlow):
 
     _rep = 0                   # the pass of ds within this pass
     _resume = None
+    _resume_mid_pass = False   # the loaded position of ds is inside a pass of it
 
     def __iter__(self):
         first, self._rep = (self._resume or 0), 0
@@ -739,7 +741,9 @@ class RepeatedData(ProxyDataFlow):
         if not resumed:
             self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
         if self.num == -1:
-            got = resumed         # a resumed pass of ds may have nothing left
+            # a pass of ds resumed inside may have nothing left; one loaded before it began
+            # is a whole pass, and must yield
+            got = resumed and self._resume_mid_pass
             while True:
                 mark = pass_progress(self.ds)
                 for dp in self.ds:
@@ -760,6 +764,7 @@ class RepeatedData(ProxyDataFlow):
 
     def _set_position(self, position):
         self._resume = int(position["rep"])
+        self._resume_mid_pass = position_mid_pass(position["src"])
         self.ds._set_position(position["src"])
 
     def _abandon(self):

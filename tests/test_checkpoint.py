@@ -672,6 +672,76 @@ def test_repeated_datapoint_over_a_replayed_source_resumes_between_repeats(k):
     assert [x[0] for x in df2] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
+@pytest.mark.parametrize("repeater", ["RepeatedData", "MultiProcessMapAndBatchData"])
+def test_repeating_forever_from_a_state_before_any_datapoint_checks_the_first_pass(
+        no_leaks, repeater):
+    # the first pass of the input yields nothing: a fresh pipeline raises at once, and so
+    # must one loaded with the state it had then (it used to take that pass as "resumed, may
+    # have nothing left" and go on to the next pass, which yields)
+    def build():
+        calls = itertools.count()
+        src = D.MapData(D.DataFromList([[k] for k in range(3)], shuffle=False),
+                        lambda dp: None if next(calls) < 3 else dp)
+        if repeater == "RepeatedData":
+            return D.RepeatedData(src, -1)
+        return D.MultiProcessMapAndBatchData(src, 1, keyed, 2)
+    fresh = build()
+    fresh.reset_state()
+    state = through_json(fresh.state_dict())
+    with pytest.raises(ValueError, match="produced no datapoint"):
+        next(iter(fresh))
+    loaded = build()
+    loaded.load_state_dict(state)
+    loaded.reset_state()
+    try:
+        with pytest.raises(ValueError, match="produced no datapoint"):
+            next(iter(loaded))
+    finally:
+        for df in (fresh, loaded):
+            getattr(df, "close", lambda: None)()
+
+
+def test_a_runner_copy_resumed_before_its_pass_began_checks_that_pass(no_leaks):
+    # the copy's pass yields nothing and it raises; the state taken then holds the copy's
+    # position before that pass began: a resume raises again (it used to yield from the pass
+    # after, as if resumed inside one)
+    def build():
+        calls = itertools.count()
+        return D.MultiThreadRunner(
+            lambda: D.MapData(D.DataFromList([[k] for k in range(3)], shuffle=False),
+                              lambda dp: None if next(calls) < 3 else dp), 4, 1)
+    df = build()
+    df.reset_state()
+    with pytest.raises(ValueError, match="produced no datapoint"):
+        next(iter(df))
+    state = through_json(df.state_dict())
+    df.close()
+    df2 = build()
+    df2.load_state_dict(state)
+    df2.reset_state()
+    try:
+        with pytest.raises(ValueError, match="produced no datapoint"):
+            next(iter(df2))
+    finally:
+        df2.close()
+
+
+def test_repeating_forever_resumed_at_the_end_of_a_pass_goes_on_to_the_next():
+    # a state taken after the last datapoint of a pass of the input, before its end was seen:
+    # the resumed pass of the input has nothing left, which is no error
+    def build():
+        return D.RepeatedData(D.DataFromList([[k] for k in range(3)], shuffle=False), -1)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    assert [next(it)[0] for _ in range(3)] == [0, 1, 2]
+    df2 = build()
+    df2.load_state_dict(through_json(df.state_dict()))
+    df2.reset_state()
+    it2 = iter(df2)
+    assert [next(it2)[0] for _ in range(4)] == [0, 1, 2, 0]
+
+
 @pytest.mark.parametrize("kind", ["serial", "threads", "processes"])
 def test_a_pass_begins_at_iter_for_every_map(no_leaks, kind):
     # an iterator dropped mid-pass, a new one made but not started: the state is that of the

@@ -6,7 +6,8 @@ import itertools
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
 from ..base import as_dataflow
-from .._helpers import check_int, dataflow_length, empty_pass_error, func_name, pass_progress
+from .._helpers import (check_int, dataflow_length, empty_pass_error, func_name, pass_progress,
+                       position_mid_pass)
 from ..stats import tell_label
 from .mapper import ParallelMapData
 
@@ -102,7 +103,8 @@ class OwnDataFlow:
     def _start_resumed(self):
         r, self._resume = self._resume, None
         self.df._set_position(r["at"])
-        self._it, self._continuing = None, True
+        # a position before its pass began starts a whole pass, which must yield
+        self._it, self._continuing = None, position_mid_pass(r["at"])
         for _ in range(int(r["skip"])):
             self._next()
 

@@ -15,7 +15,8 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from .. import config
 from ..base import as_dataflow
-from .._helpers import available_cpus, check_int, dataflow_length, is_int, repeat_forever
+from .._helpers import (available_cpus, check_int, dataflow_length, is_int, position_mid_pass,
+                       repeat_forever)
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
@@ -334,7 +335,7 @@ class _Groups:
 
     def _set_position(self, position):
         self.ds._set_position(position)
-        self._resumed = True
+        self._resumed = position_mid_pass(position)   # else its first pass is a whole one
 
     def _abandon(self):
         self.ds._abandon()
