@@ -110,6 +110,33 @@ def test_numpy_truncated_or_foreign_file_raises_naming_it(tmp_path):
         D.NumpySerializer.load(str(tmp_path / "other.npz"))
 
 
+def test_numpy_damaged_file_raises_value_error_naming_it(tmp_path):
+    # whatever the damage (zlib, zipfile, numpy's header parser or the unpickler fail on it),
+    # the error is a ValueError naming the file: it used to pass zlib.error, tokenize's
+    # TokenError, MemoryError, OverflowError and NotImplementedError through bare
+    path = tmp_path / "a.npz"
+    D.NumpySerializer.save(D.DataFromList(datapoints(12), shuffle=False), str(path))
+    pristine = path.read_bytes()
+    damaged = []
+    for start in range(0, len(pristine) - 64, 397):
+        data = bytearray(pristine)
+        data[start:start + 64] = bytes(64)
+        damaged.append(bytes(data))
+    data = bytearray(pristine)
+    cd = data.rfind(b"PK\x01\x02")
+    data[cd + 10:cd + 12] = (99).to_bytes(2, "little")      # an unknown compression method
+    damaged.append(bytes(data))
+    failed = 0
+    for data in damaged:
+        path.write_bytes(data)
+        try:
+            assert_same(datapoints(12), loaded(D.NumpySerializer.load(str(path), shuffle=False)))
+        except ValueError as e:
+            assert str(path) in str(e)
+            failed += 1
+    assert failed > len(damaged) // 2       # the zip's CRC and framing notice nearly all
+
+
 def test_numpy_file_written_by_tensorpack_loads_here(tmp_path):
     run_tensorpack(f"""
         from tensorpack.dataflow import DataFromList, NumpySerializer
@@ -237,6 +264,25 @@ def test_hdf5_bad_files_raise_naming_file_and_dataset(tmp_path):
         f["b"] = np.zeros(4)
     with pytest.raises(ValueError, match=r"u\.h5: .*equal lengths"):
         D.HDF5Data(str(tmp_path / "u.h5"), ["a", "b"])
+
+
+def test_hdf5_damaged_headers_raise_naming_the_file(tmp_path):
+    # h5py reports damaged object headers and heaps as KeyError or RuntimeError from opening a
+    # dataset: they used to pass through bare (a KeyError read as "no such dataset")
+    path = tmp_path / "a.h5"
+    D.HDF5Serializer.save(D.DataFromList(datapoints(), shuffle=False), str(path), ["label", "img"])
+    pristine = path.read_bytes()
+    failed = 0
+    for start in range(0, 2048, 31):
+        data = bytearray(pristine)
+        data[start] ^= 0xA5
+        path.write_bytes(bytes(data))
+        try:
+            D.HDF5Data(str(path), ["label", "img"], shuffle=False)
+        except (ValueError, KeyError) as e:
+            assert str(path) in str(e)
+            failed += 1
+    assert failed > 0
 
 
 def test_hdf5_file_written_by_tensorpack_loads_here(tmp_path):

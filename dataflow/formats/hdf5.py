@@ -51,16 +51,25 @@ class HDF5Data(_ckpt.IndexedSource, RNGDataFlow):
         self.dps = []
         with f:
             for p in self.data_paths:
-                if p not in f:
+                # h5py reports a damaged file as KeyError, RuntimeError, OSError or ValueError
+                # from any of these steps: each names the file, and a KeyError means only
+                # "no such dataset"
+                try:
+                    node = f[p] if p in f else None
+                    names = sorted(f.keys()) if node is None else None
+                except Exception as e:
+                    raise ValueError(f"{self.filename}: cannot open {p!r} (truncated or "
+                                     f"corrupted?): {type(e).__name__}: {e}") from e
+                if node is None:
                     raise KeyError(f"{self.filename}: no dataset {p!r} (top-level names: "
-                                   f"{sorted(f.keys())})")
-                if not isinstance(f[p], h5py.Dataset):
+                                   f"{names})")
+                if not isinstance(node, h5py.Dataset):
                     raise ValueError(f"{self.filename}: {p!r} is a group, not a dataset")
                 try:
-                    self.dps.append(f[p][...])
-                except (OSError, RuntimeError, ValueError) as e:
+                    self.dps.append(node[...])
+                except Exception as e:
                     raise ValueError(f"{self.filename}: cannot read dataset {p!r} (truncated "
-                                     f"or corrupted?): {e}") from e
+                                     f"or corrupted?): {type(e).__name__}: {e}") from e
         lengths = [len(d) if d.ndim else None for d in self.dps]
         if None in lengths or len(set(lengths)) != 1:
             shapes = {p: d.shape for p, d in zip(self.data_paths, self.dps)}
