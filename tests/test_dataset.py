@@ -6,6 +6,7 @@ import http.server
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tarfile
@@ -508,6 +509,107 @@ def test_places365_labels_are_sorted_class_names(tmp_path):
     assert [tuple(im[0, 0]) for im, _ in out] == [color(i) for i in range(3)]
 
 
+def write_jpeg(path, shape, seed=0):
+    """A real (lossy) JPEG file of random pixels; returns its bytes."""
+    bgr = (np.random.RandomState(seed).rand(*shape, 3) * 255).astype(np.uint8)
+    ok, buf = cv2.imencode(".jpg", bgr)
+    assert ok
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(buf.tobytes())
+    return buf.tobytes()
+
+
+def _ilsvrc12_tree(tmp_path):
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "synsets.txt").write_text("n01440764\n")
+    (tmp_path / "meta" / "val.txt").write_text("a.JPEG 0\n")
+    path = str(tmp_path / "ilsvrc" / "val" / "a.JPEG")
+    return path, (64, 80), lambda: read_all(dataset.ILSVRC12(
+        str(tmp_path / "ilsvrc"), "val", meta_dir=str(tmp_path / "meta"),
+        dir_structure="original"))
+
+
+def _tiny_imagenet_tree(tmp_path):
+    (tmp_path / "wnids.txt").write_text("".join(f"n{i:08d}\n" for i in range(200)))
+    (tmp_path / "val" / "images").mkdir(parents=True)
+    (tmp_path / "val" / "val_annotations.txt").write_text("v.JPEG\tn00000003\t0\t0\t9\t9\n")
+    path = str(tmp_path / "val" / "images" / "v.JPEG")
+    return path, (64, 64), lambda: read_all(dataset.TinyImageNet(str(tmp_path), "val"))
+
+
+def _places365_tree(tmp_path):
+    (tmp_path / "val.txt").write_text("val/zoo/1.jpg\n")
+    path = str(tmp_path / "val" / "zoo" / "1.jpg")
+    return path, (64, 80), lambda: read_all(dataset.Places365Standard(str(tmp_path), "val"))
+
+
+def _bsds500_tree(tmp_path):
+    base = tmp_path / "BSR" / "BSDS500" / "data"
+    write_bsds500_ground_truth(base, "val", "1")
+    path = str(base / "images" / "val" / "1.jpg")
+    return path, (321, 481), lambda: read_all(dataset.BSDS500("val", data_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("tree", [_ilsvrc12_tree, _tiny_imagenet_tree, _places365_tree,
+                                  _bsds500_tree],
+                         ids=["ILSVRC12", "TinyImageNet", "Places365Standard", "BSDS500"])
+def test_image_readers_refuse_a_truncated_jpeg_naming_it(tmp_path, tree):
+    # OpenCV decoded a JPEG cut short with a grey bottom, printing only "Premature end of JPEG
+    # file" on stderr: the readers gave a damaged image silently. ImageFromFile's check now
+    # applies to them too: a ValueError naming the file
+    path, shape, read = tree(tmp_path)
+    data = write_jpeg(path, shape)
+    [(im, _)] = read()
+    assert im.shape == shape + (3,) and im.dtype == np.uint8          # the whole file reads
+    with open(path, "wb") as f:
+        f.write(data[: len(data) * 2 // 3])
+    assert cv2.imread(path) is not None              # OpenCV still decodes it, partly blank
+    with pytest.raises(ValueError, match=re.escape(path) + ": a truncated JPEG file"):
+        read()
+
+
+@pytest.mark.parametrize("name, user", [
+    ("synsets.txt", lambda meta: dataset.ILSVRCMeta(meta).get_synset_1000()),
+    ("synset_words.txt", lambda meta: dataset.ILSVRCMeta(meta).get_synset_words_1000()),
+    ("val.txt", lambda meta: dataset.ILSVRCMeta(meta).get_image_list("val")),
+    ("train.txt", lambda meta: dataset.ILSVRCMeta(meta).get_image_list("train")),
+], ids=["synsets", "synset_words", "val", "train"])
+def test_ilsvrc_meta_undecodable_line_is_named(imagenet, name, user):
+    # a stray non-UTF-8 byte gave a bare UnicodeDecodeError naming neither file nor line
+    meta_dir = imagenet[0]
+    path = meta_dir / name
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = b"\x81" + lines[2]
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ", line 3: not (?i:utf-8) text"):
+        user(str(meta_dir))
+
+
+def test_ilsvrc12_undecodable_image_list_is_named_at_construction(imagenet):
+    meta_dir, data, *_ = imagenet
+    with open(meta_dir / "val.txt", "ab") as f:
+        f.write(b"b\xe9.JPEG 0\n")                  # latin-1, line 7
+    for cls in (dataset.ILSVRC12Files, dataset.ILSVRC12):
+        with pytest.raises(ValueError, match=r"val\.txt, line 7: not (?i:utf-8) text"):
+            cls(str(data), "val", meta_dir=str(meta_dir))
+
+
+@pytest.mark.parametrize("listing, make", [
+    ("wnids.txt", lambda d: dataset.TinyImageNet(d, "val")),
+    ("val/val_annotations.txt", lambda d: dataset.TinyImageNet(d, "val")),
+    ("val.txt", lambda d: dataset.Places365Standard(d, "val")),
+], ids=["tiny_wnids", "tiny_val_annotations", "places_val"])
+def test_tiny_imagenet_and_places_undecodable_line_is_named(tmp_path, listing, make):
+    _tiny_imagenet_tree(tmp_path)
+    _places365_tree(tmp_path)
+    path = tmp_path / listing
+    path.write_bytes(path.read_bytes() + b"\xff\n")
+    line = len(path.read_bytes().splitlines())
+    with pytest.raises(ValueError, match=re.escape(str(path)) + f", line {line}: not (?i:utf-8)"):
+        make(str(tmp_path))
+
+
 # --------------------------------------------------------------------- .mat-based datasets
 
 def test_bsds500_transposes_portraits_and_averages_boundaries(tmp_path):
@@ -553,6 +655,33 @@ def test_bsds500_edge_map_is_bitwise_tensorpacks(tmp_path):
                          0.8571429, 1.0], np.float32)       # tensorpack 0.11's values
     assert edge.dtype == np.float32
     np.testing.assert_array_equal(edge[0, :8], expected)
+
+
+def write_bsds500_ground_truth(base, name, stem, shape=(321, 481), seed=0):
+    """``groundTruth/<name>/<stem>.mat`` with two annotators' random boundary maps."""
+    rs = np.random.RandomState(seed)
+    cell = np.empty((1, 2), dtype=object)
+    for k in range(2):
+        cell[0, k] = {"Boundaries": (rs.rand(*shape) > 0.5).astype(np.uint8)}
+    (base / "groundTruth" / name).mkdir(parents=True, exist_ok=True)
+    sio.savemat(str(base / "groundTruth" / name / f"{stem}.mat"), {"groundTruth": cell})
+
+
+def test_bsds500_missing_image_of_a_ground_truth_is_named(tmp_path):
+    # the images are found by a glob: a deleted image whose groundTruth .mat was still there
+    # silently gave one datapoint fewer
+    base = tmp_path / "BSR" / "BSDS500" / "data"
+    for i in range(3):
+        write_image(str(base / "images" / "val" / f"{i}.jpg"),
+                    np.full((321, 481, 3), color(i), np.uint8))
+        write_bsds500_ground_truth(base, "val", str(i), seed=i)
+    whole = read_all(dataset.BSDS500("val", data_dir=str(tmp_path), shuffle=False))
+    assert [tuple(im[0, 0]) for im, _ in whole] == [color(i) for i in range(3)]  # name order
+    os.unlink(base / "images" / "val" / "1.jpg")
+    image, mat = base / "images" / "val" / "1.jpg", base / "groundTruth" / "val" / "1.mat"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{image}: missing, but its ground "
+                                                          f"truth {mat} is there")):
+        dataset.BSDS500("val", data_dir=str(tmp_path))
 
 
 def test_svhn_maps_label_10_to_0_and_keeps_rgb(tmp_path):

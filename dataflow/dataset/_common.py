@@ -1,5 +1,6 @@
-"""What every dataset reader shares: a shuffled or ordered pass over in-memory datapoints, and
-the lazy import of an optional dependency with an error naming the ``datasets`` extra."""
+"""What every dataset reader shares: a shuffled or ordered pass over in-memory datapoints, the
+lazy import of an optional dependency with an error naming the ``datasets`` extra, and the
+reading of a text list whose undecodable line is named."""
 import importlib
 
 import numpy as np
@@ -7,7 +8,7 @@ import numpy as np
 from ..base import RNGDataFlow
 from ..raw import _require_rng
 
-__all__ = ["IndexedDataset", "require"]
+__all__ = ["IndexedDataset", "require", "read_lines"]
 
 
 def require(module, user):
@@ -17,6 +18,24 @@ def require(module, user):
     except ImportError as e:
         package = {"cv2": "opencv-python-headless", "scipy.io": "scipy"}.get(module, module)
         raise ImportError(f"{user} needs {package}: pip install 'dataflow-rt[datasets]'") from e
+
+
+def read_lines(path):
+    """The lines of text file ``path`` as ``open(path)`` gives them (the locale's encoding,
+    universal newlines, line ends kept). A file that does not decode raises ValueError naming
+    it and its first undecodable line (counted from 1), not a bare UnicodeDecodeError."""
+    with open(path) as f:
+        try:
+            return list(f)
+        except UnicodeDecodeError as e:
+            encoding, error = f.encoding, e
+    with open(path, "rb") as f:                 # find the line: '\n' is never inside a character
+        for i, raw in enumerate(f):
+            try:
+                raw.decode(encoding)
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}, line {i + 1}: not {encoding} text ({e})") from None
+    raise ValueError(f"{path}: not {encoding} text ({error})") from None
 
 
 class IndexedDataset(RNGDataFlow):

@@ -23,7 +23,9 @@ class BSDS500(IndexedDataset):
     read in the constructor from
     ``data_dir/BSR/BSDS500/data/{images,groundTruth}/<name>/`` (``data_dir`` defaults to
     ``get_dataset_path('bsds500_data')``; the archive is downloaded and extracted there when
-    ``BSR`` is missing). Needs OpenCV and SciPy."""
+    ``BSR`` is missing). Every image needs its ``groundTruth/<name>/<id>.mat`` and every such
+    file its ``images/<name>/<id>.jpg``: a missing one raises FileNotFoundError naming it.
+    Needs OpenCV and SciPy."""
 
     def __init__(self, name, data_dir=None, shuffle=True):
         cv2 = require("cv2", "BSDS500")
@@ -42,6 +44,7 @@ class BSDS500(IndexedDataset):
         files = sorted(glob.glob(os.path.join(base, "images", name, "*.jpg")))
         if not files:
             raise FileNotFoundError(f"{os.path.join(base, 'images', name)}: no *.jpg images")
+        _check_every_ground_truth_has_its_image(base, name, files)
         images, edges = [], []
         for f in files:
             im = _imread(cv2, f)
@@ -63,6 +66,18 @@ class BSDS500(IndexedDataset):
 
     def _get(self, k):
         return [self.data[k], self.label[k]]
+
+
+def _check_every_ground_truth_has_its_image(base, name, files):
+    """Raise FileNotFoundError naming ``images/<name>/<id>.jpg`` when ``groundTruth/<name>/
+    <id>.mat`` is there but the image is not among ``files`` (the images found): the glob
+    over the images would otherwise leave the datapoint out silently."""
+    found = {os.path.splitext(os.path.basename(f))[0] for f in files}
+    for mat in sorted(glob.glob(os.path.join(base, "groundTruth", name, "*.mat"))):
+        stem = os.path.splitext(os.path.basename(mat))[0]
+        if stem not in found:
+            image = os.path.join(base, "images", name, stem + ".jpg")
+            raise FileNotFoundError(f"{image}: missing, but its ground truth {mat} is there")
 
 
 def _mean_boundaries(sio, path):

@@ -6,7 +6,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from ._common import IndexedDataset, require
+from ..image import _truncated_jpeg
+from ._common import IndexedDataset, read_lines, require
 from .download import dataset_url, download, extract_tar, get_dataset_path
 
 __all__ = ["ILSVRCMeta", "ILSVRC12Files", "ILSVRC12", "TinyImageNet"]
@@ -16,9 +17,15 @@ _META_ARCHIVE, _META_SIZE = "caffe_ilsvrc12.tar.gz", 17858008
 
 
 def _imread(cv2, path):
+    """Image file ``path`` as OpenCV decodes it: uint8 HWC **BGR**. One OpenCV cannot read
+    raises IOError, and a JPEG file cut short (OpenCV decodes it partly blank, with only a
+    warning on stderr) ValueError, as ImageFromFile does; both name the file."""
     im = cv2.imread(path, cv2.IMREAD_COLOR)
     if im is None:
         raise IOError(f"{path}: cannot read this image (missing or not an image file)")
+    if _truncated_jpeg(path):
+        raise ValueError(f"{path}: a truncated JPEG file (it ends before its end-of-image "
+                         "marker; OpenCV would give a partly blank image)")
     return im
 
 
@@ -39,9 +46,9 @@ class ILSVRCMeta:
             extract_tar(path, self.dir)
 
     def _lines(self, name):
-        """The stripped lines of file ``name``, blank ones included (line k is class k)."""
-        with open(os.path.join(self.dir, name)) as f:
-            return [line.strip() for line in f]
+        """The stripped lines of file ``name``, blank ones included (line k is class k). A line
+        that does not decode raises ValueError naming the file and the line."""
+        return [line.strip() for line in read_lines(os.path.join(self.dir, name))]
 
     def get_synset_words_1000(self):
         """``{class index: "wnid words"}``, from ``synset_words.txt`` (index = line number,
@@ -259,8 +266,8 @@ class TinyImageNet(IndexedDataset):
         self.name = name
         self.shuffle = (name == "train") if shuffle is None else shuffle
         dir = os.path.expanduser(dir)
-        with open(os.path.join(dir, "wnids.txt")) as f:
-            wnids = [line.strip() for line in f if line.strip()]
+        wnids = [line.strip() for line in read_lines(os.path.join(dir, "wnids.txt"))
+                 if line.strip()]
         if len(wnids) != 200:
             raise ValueError(f"{os.path.join(dir, 'wnids.txt')}: {len(wnids)} wnids, "
                              "expected 200")
@@ -273,16 +280,15 @@ class TinyImageNet(IndexedDataset):
                     self.imglist.append((os.path.join(folder, fname), index[w]))
         else:
             ann = os.path.join(dir, "val", "val_annotations.txt")
-            with open(ann) as f:
-                for i, line in enumerate(f):
-                    parts = line.split()
-                    if not parts:
-                        continue
-                    if len(parts) < 2 or parts[1] not in index:
-                        raise ValueError(f"{ann}, line {i + 1}: expected 'file wnid ...' with "
-                                         f"a wnid of wnids.txt, got {line.strip()!r}")
-                    self.imglist.append((os.path.join(dir, "val", "images", parts[0]),
-                                         index[parts[1]]))
+            for i, line in enumerate(read_lines(ann)):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) < 2 or parts[1] not in index:
+                    raise ValueError(f"{ann}, line {i + 1}: expected 'file wnid ...' with "
+                                     f"a wnid of wnids.txt, got {line.strip()!r}")
+                self.imglist.append((os.path.join(dir, "val", "images", parts[0]),
+                                     index[parts[1]]))
 
     __getstate__ = ILSVRC12.__getstate__
 

@@ -1,7 +1,7 @@
 """Places365-Standard in its "easy directory structure", as tensorpack reads it."""
 import os
 
-from ._common import IndexedDataset, require
+from ._common import IndexedDataset, read_lines, require
 from .ilsvrc import _imread
 
 __all__ = ["Places365Standard"]
@@ -25,16 +25,15 @@ class Places365Standard(IndexedDataset):
         dir = os.path.expanduser(dir)
         listing = os.path.join(dir, name + ".txt")
         entries = []
-        with open(listing) as f:
-            for i, line in enumerate(f):
-                rel = line.strip()
-                if not rel:
-                    continue
-                parts = rel.split("/")
-                if len(parts) < 3:
-                    raise ValueError(f"{listing}, line {i + 1}: expected '<split>/<class>/"
-                                     f"<file>', got {rel!r}")
-                entries.append((os.path.join(dir, rel), parts[1]))
+        for i, line in enumerate(read_lines(listing)):
+            rel = line.strip()
+            if not rel:
+                continue
+            parts = rel.split("/")
+            if len(parts) < 3:
+                raise ValueError(f"{listing}, line {i + 1}: expected '<split>/<class>/"
+                                 f"<file>', got {rel!r}")
+            entries.append((os.path.join(dir, rel), parts[1]))
         self.label_names = sorted({cls for _, cls in entries})
         index = {n: i for i, n in enumerate(self.label_names)}
         self.imglist = [(path, index[cls]) for path, cls in entries]
