@@ -481,6 +481,87 @@ def test_truncated_file(tmp_path):
         LMDBSerializer.load(path)
 
 
+def _damaged_small_record_file(tmp_path, damage):
+    """An LMDB of 600 small records, with the leaf page that holds record 300 damaged by
+    ``damage(page_bytes)`` (a bytearray of that page, changed in place)."""
+    path = str(tmp_path / "d.lmdb")
+    LMDBSerializer.save(DataFromList([[i, np.full(16, i, np.float32)] for i in range(600)],
+                                     shuffle=False), path)
+    data = bytearray(open(path, "rb").read())
+    start = data.find(b"00000300") // 4096 * 4096
+    page = data[start:start + 4096]
+    damage(page)
+    data[start:start + 4096] = page
+    open(path, "wb").write(data)
+    return path
+
+
+_READ_IN_ORDER = """
+import sys
+from dataflow import LMDBData, LMDBSerializer
+from dataflow.formats.lmdb import LMDBFormatError
+ds = (LMDBSerializer.load if sys.argv[2] == "decoded" else LMDBData)(sys.argv[1], shuffle=False)
+ds.reset_state()
+try:
+    print(sum(1 for _ in ds), "of", len(ds))
+except LMDBFormatError as e:
+    print("LMDBFormatError:", e)
+"""
+
+
+@pytest.mark.parametrize("reader", ["decoded", "raw"])
+def test_a_zeroed_leaf_page_raises_instead_of_aborting(tmp_path, reader):
+    # liblmdb's cursor asserts that the page a branch points to is a leaf: a failed assertion
+    # aborted the interpreter. The tree is checked before the cursor walks it. (A child
+    # process: on the old code the read kills its interpreter.)
+    import subprocess
+    import sys
+
+    def zero(page):
+        page[:] = bytes(len(page))
+    path = _damaged_small_record_file(tmp_path, zero)
+    out = subprocess.run([sys.executable, "-c", _READ_IN_ORDER, path, reader],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.startswith("LMDBFormatError: LMDB " + path)
+    assert "not the leaf page the tree points to" in out.stdout
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_leaf_page_listing_fewer_records_raises(tmp_path, shuffle):
+    # the page's header lists 4 records fewer: an ordered pass yielded 596 of 600 silently
+    def fewer(page):
+        lower = int.from_bytes(page[12:14], "little")
+        page[12:14] = (lower - 8).to_bytes(2, "little")
+    path = _damaged_small_record_file(tmp_path, fewer)
+    df = LMDBSerializer.load(path, shuffle=shuffle)
+    df.reset_state()
+    try:
+        with pytest.raises(LMDBFormatError, match="d.lmdb"):
+            list(df)
+    finally:
+        df.close()
+
+
+def test_a_damaged_root_page_raises_naming_the_file_when_opened(tmp_path):
+    # py-lmdb's CursorFullError / CorruptedError from the constructor's first reads used to
+    # pass through bare
+    path = str(tmp_path / "r.lmdb")
+    LMDBSerializer.save(DataFromList(datapoints(20), shuffle=False), path)
+    data = bytearray(open(path, "rb").read())
+    failed = 0
+    for start in range(2 * 4096, len(data), 4096):         # every page after the two metas
+        damaged = bytearray(data)
+        damaged[start + 10] ^= 0xFF                          # its flags
+        open(path, "wb").write(damaged)
+        try:
+            LMDBData(path, shuffle=True)
+        except LMDBFormatError as e:
+            assert "r.lmdb" in str(e)
+            failed += 1
+    assert failed
+
+
 def test_record_that_does_not_decode_names_file_and_record(tmp_path):
     path = str(tmp_path / "c.lmdb")
     LMDBSerializer.save(DataFromList([[1], [2], [3]], shuffle=False), path)

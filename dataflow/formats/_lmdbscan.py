@@ -124,6 +124,14 @@ class Scan:
                 children.append((lo | hi << 16 | flags << 32, level + 1))
             stack.extend(reversed(children))
 
+    def check(self):
+        """Walk every branch and leaf page of the tree (not the records): raise
+        :class:`ScanError` where a page is not what the tree says, or the leaves hold another
+        number of records than the header."""
+        count = sum(len(ptrs) for _, ptrs in self._leaves())
+        if count != self.entries:
+            raise ScanError(f"the tree holds {count} records, its header says {self.entries}")
+
     def __iter__(self):
         mv, psize, unpack = self.mv, self.psize, _NODE.unpack_from
         count = 0

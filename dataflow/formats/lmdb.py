@@ -95,6 +95,7 @@ class _Env:
         self._filemap = None       # np.uint8 view of our mmap of the data file
         self._base = None          # address of LMDB's map (int), or False when unknown
         self._scan = None          # _lmdbscan.Scan, or False when the file needs the cursor
+        self._tree_checked = False
         try:
             self.env = lmdb.open(real, subdir=subdir, readonly=True, lock=False,
                                  readahead=True, map_size=_MAP_SIZE, max_readers=100)
@@ -163,15 +164,29 @@ class _Env:
         and keeps their arrays alive; None for files of small records (py-lmdb's cursor walks
         those faster) or files it does not read."""
         if self._scan is None:
-            self._scan = False
             stat = self.env.stat()
-            if stat["overflow_pages"] > stat["leaf_pages"]:
-                try:
-                    self._scan = _lmdbscan.open_scan(memoryview(self._map().base), stat,
-                                                     self.env.info()) or False
-                except (OSError, ValueError):
-                    pass
+            self._scan = stat["overflow_pages"] > stat["leaf_pages"] and self._open_scan()
         return self._scan or None
+
+    def _open_scan(self):
+        try:
+            return _lmdbscan.open_scan(memoryview(self._map().base), self.env.stat(),
+                                       self.env.info()) or False
+        except (OSError, ValueError):
+            return False
+
+    def check_tree(self):
+        """Before py-lmdb's cursor walks the file in key order: walk its tree's pages once
+        (:meth:`_lmdbscan.Scan.check`, bounds-checked), raising :class:`_lmdbscan.ScanError`
+        on a damaged one. liblmdb's cursor meets such a page with a failed assertion, which
+        aborts the process (a page of zeros among the leaves), or quietly yields fewer records
+        (a damaged record count). Once per environment; a file :mod:`._lmdbscan` does not read
+        is not checked."""
+        if not self._tree_checked:
+            scan = self._open_scan()
+            if scan:
+                scan.check()
+            self._tree_checked = True
 
     def view(self, value):
         """``value`` (a memoryview into LMDB's map, from a ``buffers=True`` transaction) as a
@@ -241,7 +256,7 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         self._env = None
         env = _Env.acquire(self.lmdb_path)
         try:
-            with env.env.begin() as txn:
+            with self._reading(), env.env.begin() as txn:
                 entries = txn.stat()["entries"]
                 raw_keys = txn.get(_KEYS)
                 self.has_keys_record = raw_keys is not None
@@ -357,6 +372,8 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         with _guard_of(self):
             env = self._env_here()
             with self._reading(), env.env.begin() as txn:
+                if not self.shuffle:
+                    env.check_tree()        # before py-lmdb's cursor walks the pages
                 for k, v in self._pairs(txn, indices, start):
                     yield [k, v]
 
@@ -369,6 +386,8 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         with _guard_of(self):
             env = self._env_here()
             with self._reading():
+                if not self.shuffle:
+                    env.check_tree()        # before py-lmdb's cursor walks the pages
                 scan = None if self.shuffle or start else env.scan()
                 if scan is not None:        # sequential: the pages, read from our own map
                     yield from self._decode(scan, allow_pickle, None)
