@@ -52,8 +52,10 @@ def check_positive_number(name, value, allow_none=False):
 def empty_pass_error(who, df):
     """The error of ``who``, which repeats ``df`` forever, when a whole pass of ``df`` yielded no
     datapoint: repeating it would hang."""
-    return ValueError(f"{who}: a pass of {type(df).__name__} produced no datapoint; repeating it "
-                      "forever would hang")
+    path = getattr(df, "path", None)        # a file reader's (TFRecordData): name the file
+    of = f" (file {path})" if isinstance(path, str) else ""
+    return ValueError(f"{who}: a pass of {type(df).__name__}{of} produced no datapoint; "
+                      "repeating it forever would hang")
 
 
 def pass_progress(df):

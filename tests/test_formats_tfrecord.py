@@ -115,7 +115,7 @@ def test_reads_independently_framed_file(tmp_path):
     write_frames(path, [msgpack_numpy.packb(dp, use_bin_type=True) for dp in dps])
     df = TFRecordSerializer.load(path)
     df.reset_state()
-    got = list(iter(df))           # list(df) would ask len(), which is unknown
+    got = list(df)          # len() is unknown, and raises a TypeError too, as list() needs
     assert_same(got, dps)
     assert not got[1][3].flags.writeable        # msgpack arrays are read-only, as tensorpack's
 
@@ -127,6 +127,10 @@ def test_empty(tmp_path):
     df = TFRecordSerializer.load(path)
     df.reset_state()
     assert list(iter(df)) == []
+    df = TFRecordSerializer.load(path, size=3)      # passes of 3 from a file with none
+    df.reset_state()
+    with pytest.raises(ValueError, match=f"TFRecordData \\(file {path}\\) produced no datapoint"):
+        list(df)
 
 
 def test_save_replaces_atomically_and_leaves_nothing_on_error(tmp_path):

@@ -19,7 +19,7 @@ import os
 import struct
 
 from .. import checkpoint as _ckpt
-from ..base import DataFlow, as_dataflow
+from ..base import DataFlow, UnknownLengthError, as_dataflow
 from ..common import FixedSizeData
 from ..raw import _guard_of
 from . import codec
@@ -62,8 +62,9 @@ class TFRecordData(_ckpt.PassPosition, DataFlow):
         _crc32c("TFRecordSerializer")
 
     def __len__(self):
-        raise NotImplementedError(f"the TFRecord file {self.path} does not record how many "
-                                  "datapoints it holds: pass size= to TFRecordSerializer.load")
+        # also a TypeError, so that list() of this finite dataflow works
+        raise UnknownLengthError(f"the TFRecord file {self.path} does not record how many "
+                                 "datapoints it holds: pass size= to TFRecordSerializer.load")
 
     def reset_state(self):
         self._reset_position()
