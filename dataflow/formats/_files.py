@@ -1,21 +1,72 @@
 """Small helpers shared by the format modules: writing a file aside and renaming it into place,
-and importing an optional dependency with an error that names the extra to install."""
+and importing an optional dependency with an error that names the extra to install.
+
+A file is written under a temporary name beside its final one, ``.<name>.<host>-<pid>-<random>
+.tmp``, and renamed when complete. A writer that is killed (SIGKILL, SIGTERM, a power cut) cannot
+remove its temporary file; the name says who wrote it, so the next save of the same path on the
+same host removes those whose process is gone (:func:`remove_stale`).
+"""
 import contextlib
 import importlib
 import os
+import re
+import socket
 import tempfile
 
-__all__ = ["write_aside", "require"]
+__all__ = ["write_aside", "aside_prefix", "remove_stale", "require"]
+
+
+def _host():
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
+def aside_prefix(path):
+    """The start of the temporary names of a file written for ``path`` by this process:
+    ``<dir>/.<name>.<host>-<pid>-`` (a random part and ``.tmp`` follow)."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    return os.path.join(directory, f".{name}.{_host()}-{os.getpid()}-")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # PermissionError: another user's process
+        pass
+    return True
+
+
+def remove_stale(path):
+    """Remove the temporary files beside ``path`` that writers on this host left when they were
+    killed: names made from :func:`aside_prefix` (and LMDB's ``-lock`` beside one) whose process
+    no longer exists. Another host's files (a shared file system) and a live process's are kept.
+    POSIX only (elsewhere a process cannot be probed without touching it)."""
+    if os.name != "posix":
+        return
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    stale = re.compile(rf"\.{re.escape(name)}\.{re.escape(_host())}-(\d+)-\w+\.tmp(-lock)?")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for entry in names:
+        m = stale.fullmatch(entry)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, entry))
 
 
 @contextlib.contextmanager
 def write_aside(path):
-    """Yields a temporary path in the directory of ``path``; when the block succeeds, the
-    temporary file is renamed to ``path`` (atomic on POSIX), otherwise it is removed. So a crash
-    or an error never leaves a half-written file under the final name."""
+    """Yields a temporary path in the directory of ``path`` (see the module doc); when the
+    block succeeds, the temporary file is renamed to ``path`` (atomic on POSIX), otherwise it
+    is removed. So a crash or an error never leaves a half-written file under the final name;
+    the temporary files of writers killed before (this host's) are removed first."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+    remove_stale(path)
+    prefix = aside_prefix(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), prefix=os.path.basename(prefix),
                                suffix=".tmp")
     os.close(fd)
     try:

@@ -44,7 +44,7 @@ from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow,
 from ..common import MapData
 from ..raw import _guard_of
 from . import _lmdbscan, codec
-from ._files import require
+from ._files import aside_prefix, remove_stale, require
 
 __all__ = ["LMDBSerializer", "LMDBData", "LMDBDataDecoder", "CaffeLMDB"]
 
@@ -674,7 +674,8 @@ class LMDBSerializer:
         if os.path.exists(data_file):
             raise FileExistsError(f"LMDB file {data_file} exists!")
         df.reset_state()
-        tmp = f"{data_file}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        remove_stale(data_file)         # what writers killed before left (see _files)
+        tmp = f"{aside_prefix(data_file)}{secrets.token_hex(4)}.tmp"
         tmp_lock = tmp + "-lock"
         # A write map: LMDB writes pages straight into a shared map of the file, not into
         # malloc'd pages it then pwrite()s: for 150 KB values about half the system time (the
