@@ -726,6 +726,45 @@ def test_a_runner_copy_resumed_before_its_pass_began_checks_that_pass(no_leaks):
         df2.close()
 
 
+@pytest.mark.parametrize("kind", ["serial", "thread", "process"])
+def test_a_pass_resumed_at_its_end_and_dropped_leaves_the_source_at_the_next_pass(no_leaks,
+                                                                                   kind):
+    # RandomMixData resumed after the last datapoint of its pass ends that pass without asking
+    # its input for more: a parallel map's state then kept the source where it was loaded
+    # (mid-pass), so a resume of that state found the next pass empty
+    def build():
+        D.set_seed(SEED)
+        if kind == "serial":
+            m = D.MapData(numbers(3), noisy)
+        else:
+            m = D.MapData(numbers(3), noisy, num_parallel_workers=2,
+                          python_multiprocessing=kind == "process")
+        assert m.executor == kind
+        return D.RandomMixData([m])
+
+    def passes(df, n):
+        df.reset_state()
+        try:
+            return [[tuple(dp) for dp in df] for _ in range(n)]
+        finally:
+            df.close()
+
+    want = passes(build(), 2)
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    assert [tuple(next(it)) for _ in range(3)] == want[0]
+    state = through_json(df.state_dict())       # before the pass's end was seen
+    df.close()
+    df = build()
+    df.load_state_dict(state)
+    assert passes(df, 1) == [[]]
+    state = through_json(df.state_dict())
+    df = build()
+    df.load_state_dict(state)
+    assert passes(df, 1) == [want[1]]
+
+
 def test_repeating_forever_resumed_at_the_end_of_a_pass_goes_on_to_the_next():
     # a state taken after the last datapoint of a pass of the input, before its end was seen:
     # the resumed pass of the input has nothing left, which is no error

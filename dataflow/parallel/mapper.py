@@ -670,10 +670,11 @@ class ParallelMapData(ProxyDataFlow):
                         # had read it: a source that runs on across its passes
                         # (LocallyShuffleData) continues from there
                         _ckpt.close_iterator(_ckpt.skipped(self.ds, r["skip"]))
-                    self._resume = dict(r, run=r["run"] + 1, index=0, skip=0, done=[],
-                                        open=False)
-                    self._resume["pass"] = self._resume["run"]
                     self.ds._abandon()
+                    # the next pass begins where the source now is (not where it was loaded)
+                    self._resume = dict(r, run=r["run"] + 1, index=0, skip=0, done=[],
+                                        handled=0, open=False, src=self.ds._get_position())
+                    self._resume["pass"] = self._resume["run"]
                 else:
                     self._resume = dict(r, handled=0, open=False)
                     self._resume["pass"] = r["pass"] + 1
