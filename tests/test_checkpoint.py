@@ -765,6 +765,54 @@ def test_a_pass_resumed_at_its_end_and_dropped_leaves_the_source_at_the_next_pas
     assert passes(df, 1) == [want[1]]
 
 
+def _drop_one(dp):
+    return None if dp[0] == 1 else dp
+
+
+@pytest.mark.parametrize("runs", ["aligned", "shorter"])
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_non_strict_pass_resumed_after_its_last_result_resumes_again_exactly(no_leaks, kind,
+                                                                               runs):
+    # state 1 after the last result of a pass (its end not seen), resumed: that pass yields
+    # nothing; state 2 then, resumed: the next pass must be the uninterrupted one. The map
+    # recorded state 2 as the start of the next run of the source, with the source still
+    # where state 1 had it: the next pass raised "produced no datapoint" (runs aligned with
+    # passes) or drew another run's random numbers (runs of 4 in passes of 5)
+    def build():
+        D.set_seed(SEED)
+        src = numbers(5, shuffle=False)
+        if runs == "shorter":
+            src = D.MapData(src, _drop_one)         # len 5, 4 datapoints per run
+        cls = D.MultiThreadMapData if kind == "threads" else D.MultiProcessMapData
+        return cls(src, 2, noisy, strict=False, ordered=True, buffer_size=1)
+
+    def one_pass(df):
+        try:
+            return [tuple(dp) for dp in df]
+        finally:
+            df.close()
+
+    df = build()
+    df.reset_state()
+    want = [[tuple(dp) for dp in df] for _ in range(2)]
+    df.close()
+    df = build()
+    df.reset_state()
+    it = iter(df)
+    assert [tuple(next(it)) for _ in range(5)] == want[0]
+    state = through_json(df.state_dict())
+    df.close()
+    df = build()
+    df.load_state_dict(state)
+    df.reset_state()
+    assert one_pass(df) == []
+    state = through_json(df.state_dict())
+    df = build()
+    df.load_state_dict(state)
+    df.reset_state()
+    assert one_pass(df) == want[1]
+
+
 def test_repeating_forever_resumed_at_the_end_of_a_pass_goes_on_to_the_next():
     # a state taken after the last datapoint of a pass of the input, before its end was seen:
     # the resumed pass of the input has nothing left, which is no error

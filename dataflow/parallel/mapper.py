@@ -479,6 +479,14 @@ class ParallelMapData(ProxyDataFlow):
         target = self._source_len()
         if target is None:
             target = st.run_len        # known once the source has ended one run
+        r = self._resume
+        if r is not None and target is not None and r.get("open", True) and \
+                r["handled"] >= target:
+            # loaded after the pass's last result: it ends here, having read nothing, and the
+            # next pass resumes the source where the state says (as _abandon does)
+            self._resume = dict(r, handled=0, open=False)
+            self._resume["pass"] = r["pass"] + 1
+            return
         policy = self._policy = _ErrorPolicy(self, st, target, lambda: st.handled)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
