@@ -796,6 +796,9 @@ class RepeatedDataPoint(ProxyDataFlow):
         r, self._resume = self._resume, None
         if r is None:
             self.ds._abandon()      # a new pass of ds (see DataFlow._abandon)
+        elif 0 < r["rep"] < self.num:
+            # resumed between two repeats: so is the position until the first next()
+            self._rep, self._key = r["rep"], r["key"]
         return self._one_pass(r)
 
     def _one_pass(self, r):

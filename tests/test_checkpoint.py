@@ -829,6 +829,49 @@ def test_repeating_forever_resumed_at_the_end_of_a_pass_goes_on_to_the_next():
     assert [next(it2)[0] for _ in range(4)] == [0, 1, 2, 0]
 
 
+def test_repeated_datapoint_resumed_between_repeats_says_so_before_its_first_next():
+    # a buffer above it records the position of each datapoint it takes before taking it:
+    # right after iter() on a resumed RepeatedDataPoint that used to read "rep 0" (a new
+    # datapoint), so a second resume filled the buffer with the next datapoint of the source
+    # in place of the held repeat
+    def build():
+        D.set_seed(SEED)
+        return D.BucketBatchData(D.RepeatedDataPoint(numbers(12), 3), [2, 4], [2, 3, 2],
+                                 element_length_function=lambda dp: dp[0] % 7)
+
+    def events(df, n, it=None):
+        out = []
+        for _ in range(n):
+            if it is None:
+                it = iter(df)
+            try:
+                out.append(np.asarray(next(it)[0]).tolist())
+            except StopIteration:
+                out.append("end")
+                it = None
+        return out, it
+
+    def fresh(state=None):
+        df = build()
+        if state is not None:
+            df.load_state_dict(state)
+        df.reset_state()
+        return df
+
+    want, _ = events(fresh(), 14)
+    bad = []
+    for cut in range(10):
+        df = fresh()
+        got, _ = events(df, cut)
+        df = fresh(through_json(df.state_dict()))
+        more, _ = events(df, 1)
+        df = fresh(through_json(df.state_dict()))
+        rest, _ = events(df, 14 - cut - 1)
+        if got + more + rest != want:
+            bad.append(cut)
+    assert not bad
+
+
 @pytest.mark.parametrize("kind", ["serial", "threads", "processes"])
 def test_a_pass_begins_at_iter_for_every_map(no_leaks, kind):
     # an iterator dropped mid-pass, a new one made but not started: the state is that of the
