@@ -672,6 +672,13 @@ def test_repeated_datapoint_over_a_replayed_source_resumes_between_repeats(k):
     assert [x[0] for x in df2] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
+def _first_pass_empty():
+    """A map over 3 datapoints that drops all of its first pass (and none of later ones)."""
+    calls = itertools.count()
+    return D.MapData(D.DataFromList([[k] for k in range(3)], shuffle=False),
+                     lambda dp: None if next(calls) < 3 else dp)
+
+
 @pytest.mark.parametrize("repeater", ["RepeatedData", "MultiProcessMapAndBatchData"])
 def test_repeating_forever_from_a_state_before_any_datapoint_checks_the_first_pass(
         no_leaks, repeater):
@@ -679,9 +686,7 @@ def test_repeating_forever_from_a_state_before_any_datapoint_checks_the_first_pa
     # must one loaded with the state it had then (it used to take that pass as "resumed, may
     # have nothing left" and go on to the next pass, which yields)
     def build():
-        calls = itertools.count()
-        src = D.MapData(D.DataFromList([[k] for k in range(3)], shuffle=False),
-                        lambda dp: None if next(calls) < 3 else dp)
+        src = _first_pass_empty()
         if repeater == "RepeatedData":
             return D.RepeatedData(src, -1)
         return D.MultiProcessMapAndBatchData(src, 1, keyed, 2)
@@ -706,10 +711,7 @@ def test_a_runner_copy_resumed_before_its_pass_began_checks_that_pass(no_leaks):
     # position before that pass began: a resume raises again (it used to yield from the pass
     # after, as if resumed inside one)
     def build():
-        calls = itertools.count()
-        return D.MultiThreadRunner(
-            lambda: D.MapData(D.DataFromList([[k] for k in range(3)], shuffle=False),
-                              lambda dp: None if next(calls) < 3 else dp), 4, 1)
+        return D.MultiThreadRunner(_first_pass_empty, 4, 1)
     df = build()
     df.reset_state()
     with pytest.raises(ValueError, match="produced no datapoint"):
