@@ -183,7 +183,7 @@ class _Env:
         (a damaged record count). Once per environment; a file :mod:`._lmdbscan` does not read
         is not checked."""
         if not self._tree_checked:
-            scan = self._open_scan()
+            scan = self._scan or self._open_scan()      # the sequential scan's, if made
             if scan:
                 scan.check()
             self._tree_checked = True
