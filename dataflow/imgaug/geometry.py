@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ._cv import BORDER_CONSTANT, BORDER_REPLICATE, INTER_LINEAR
+from ._cv import BORDER_CONSTANT, BORDER_REPLICATE, INTER_LINEAR, cv2
 from .base import ImageAugmentor
 from .transform import CropTransform, TransformList, WarpAffineTransform
 
@@ -17,13 +17,11 @@ __all__ = ["Shift", "Rotation", "RotationAndCropValid", "Affine"]
 def rotation_matrix(center, deg, scale=1.0):
     """The 2x3 float64 matrix of ``cv2.getRotationMatrix2D(center, deg, scale)``: rotate by
     ``deg`` degrees counter-clockwise (in image coordinates, y down) about ``center`` and
-    scale by ``scale``. Computed here so that plain floats reach OpenCV (0.11's ``Affine``
-    failed on current OpenCV because it passed 0-d arrays)."""
-    a = math.radians(float(deg))
-    alpha, beta = math.cos(a) * float(scale), math.sin(a) * float(scale)
-    cx, cy = float(center[0]), float(center[1])
-    return np.array([[alpha, beta, (1 - alpha) * cx - beta * cy],
-                     [-beta, alpha, beta * cx + (1 - alpha) * cy]])
+    scale by ``scale``. OpenCV's own, for 0.11's exact values (its cosine and sine differ from
+    ``math``'s in the last bits), given plain floats (0.11's ``Affine`` failed on current OpenCV
+    because it passed 0-d arrays)."""
+    return cv2().getRotationMatrix2D((float(center[0]), float(center[1])), float(deg),
+                                     float(scale))
 
 
 def _draw_deg(aug, max_deg, step_deg):
@@ -69,7 +67,8 @@ class Rotation(ImageAugmentor):
 
     def get_transform(self, img):
         h, w = img.shape[:2]
-        center = np.array([w, h], dtype=np.float32) * self._rand_range(*self.center_range,
+        # in float64, as 0.11 (a float32 centre moved the warp by ~1e-6 px: another rounding)
+        center = np.array([w, h], dtype=np.float64) * self._rand_range(*self.center_range,
                                                                        size=(2,))
         deg = _draw_deg(self, self.max_deg, self.step_deg)
         mat = rotation_matrix(center - 0.5, deg, 1.0)

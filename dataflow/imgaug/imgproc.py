@@ -74,24 +74,33 @@ def _per_channel(reduce, img):
     return reduce.reduce(reduce.reduce(rows, axis=0).reshape(-1, C), axis=0).astype(np.float64)
 
 
+def _is_diagonal(mat):
+    C = mat.shape[0]
+    return not np.any(mat[:, :C] - np.diag(np.diagonal(mat[:, :C])))
+
+
 def channel_affine(img, mat, clip):
     """``out[..., c] = sum_k mat[c, k] * img[..., k] + mat[c, C]`` for an image of ``C``
     channels (a 2-D image has one), in the input dtype. uint8 is saturated and rounded; a float
-    image is computed in float32 and clipped to [0, 255] when ``clip``."""
+    image is computed in float32 and clipped to [0, 255] when ``clip``.
+
+    OpenCV's 8-bit ``transform`` is exact for a diagonal matrix (one channel scaled and
+    shifted), but mixes channels in fixed point, up to 0.6 off: a uint8 image under a matrix
+    that mixes channels is computed in float32 and rounded."""
     dtype = img.dtype
     C = _channels(img)
-    if dtype != np.uint8 and dtype != np.float32:
+    in_float = dtype != np.uint8 or C > 4 or not _is_diagonal(mat)
+    if in_float and dtype != np.float32:
         img = img.astype(np.float32)
     if C <= 4:
         src = cv_input(img)
         out = _keep_shape(cv2().transform(src, mat), img)
     else:
-        out = np.tensordot(img.astype(np.float32, copy=False), mat[:, :C].T.astype(np.float32),
-                           axes=1)
+        out = np.tensordot(img, mat[:, :C].T.astype(np.float32), axes=1)
         out += mat[:, C].astype(np.float32)
-        if dtype == np.uint8:
-            np.rint(out, out=out)
-            clip = True
+    if dtype == np.uint8 and out.dtype != np.uint8:
+        np.rint(out, out=out)
+        clip = True
     if out.dtype != np.uint8 and (clip or dtype == np.uint8):
         clip_inplace(out)
     if out.dtype != dtype:
@@ -126,10 +135,25 @@ def _need_3_channels(img, who):
         raise ValueError(f"{who} needs a 3-channel image, got shape {img.shape}")
 
 
+def _need_colour(img, who):
+    """A colour image: 3 channels, or 4 taken as colour and alpha (BGRA or RGBA), whose alpha
+    the colour augmentors keep as it is."""
+    if img.ndim != 3 or img.shape[2] not in (3, 4):
+        raise ValueError(f"{who} needs a colour image of 3 channels, or 4 with alpha last; "
+                         f"got shape {img.shape}")
+
+
+def with_alpha(colour, img):
+    """``colour`` (H x W x 3) with the alpha channel of ``img`` appended when ``img`` has one."""
+    if img.shape[2] != 4:
+        return colour
+    return np.concatenate([colour, img[:, :, 3:].astype(colour.dtype, copy=False)], axis=2)
+
+
 class Hue(PhotometricAugmentor):
     """Shift the hue by a random amount in ``range`` (OpenCV's uint8 hue units: 180 is a full
     turn). ``rgb`` says whether the image is RGB (else BGR). uint8 and float images, 3
-    channels."""
+    channels, or 4 with alpha last, which is kept as it is (0.11 returned 3 channels)."""
 
     native = True
 
@@ -141,7 +165,7 @@ class Hue(PhotometricAugmentor):
         return self._rand_range(*self.range)
 
     def _augment(self, img, hue):
-        _need_3_channels(img, "Hue")
+        _need_colour(img, "Hue")
         c = cv2()
         to_hsv, back = (c.COLOR_RGB2HSV, c.COLOR_HSV2RGB) if self.rgb else \
             (c.COLOR_BGR2HSV, c.COLOR_HSV2BGR)
@@ -156,7 +180,7 @@ class Hue(PhotometricAugmentor):
         else:   # float hue is in degrees, [0, 360): add the shift, wrap once
             h += np.float32((2 * float(hue)) % 360)
             np.subtract(h, 360, out=h, where=h >= 360)
-        out = c.cvtColor(c.merge([h, s, v]), back)
+        out = with_alpha(c.cvtColor(c.merge([h, s, v]), back), img)
         return out.astype(dtype, copy=False)
 
 
@@ -199,8 +223,8 @@ class BrightnessScale(PhotometricAugmentor):
 class Contrast(PhotometricAugmentor):
     """``img * r + mean * (1 - r)`` with ``r`` random in ``factor_range``. The mean is per
     channel when ``rgb`` is None, else the mean of the grey image (``rgb``: RGB or BGR input,
-    3 channels); a 2-D image has one mean whatever ``rgb`` says (as in 0.11). Clip as
-    :class:`Brightness`."""
+    3 channels, or 4 with alpha last, which is then kept as it is; 0.11 blended it too); a 2-D
+    image has one mean whatever ``rgb`` says (as in 0.11). Clip as :class:`Brightness`."""
 
     native = True
 
@@ -216,9 +240,24 @@ class Contrast(PhotometricAugmentor):
         r = float(r)
         means = channel_means(img)
         if self.rgb is not None and img.ndim == 3:
-            _need_3_channels(img, "Contrast(rgb=...)")
-            means = float(np.dot(_grey_weights(self.rgb), means))
+            _need_colour(img, "Contrast(rgb=...)")
+            grey = float(np.dot(_grey_weights(self.rgb), means[:3]))
+            m = _diag(img.shape[2], r, grey * (1 - r))
+            if img.shape[2] == 4:
+                m[3] = (0, 0, 0, 1, 0)                   # alpha as it is
+            return channel_affine(img, m, self.clip)
         return channel_affine(img, _diag(_channels(img), r, means * (1 - r)), self.clip)
+
+
+def _shift_then_scale(img, shift, scale, offset):
+    """``(img - shift) * scale + offset`` per channel, in float32: two passes, so that a value
+    near ``shift`` keeps its precision (one pass of ``img * scale + (offset - shift * scale)``
+    cancelled large terms in float32: an image spanning [44.300907, 44.30091] came out
+    [-28, 72] for [0, 100])."""
+    C = _channels(img)
+    out = img if img.dtype == np.float32 else img.astype(np.float32)
+    out = channel_affine(out, _diag(C, 1.0, -np.asarray(shift, np.float64)), clip=False)
+    return channel_affine(out, _diag(C, scale, offset), clip=False)
 
 
 def _global_mean_std(src):
@@ -258,8 +297,7 @@ class MeanVarianceNormalize(PhotometricAugmentor):
             flat = src.reshape(-1, C)
             mean = flat.mean(axis=0, dtype=np.float64)
             std = np.maximum(flat.std(axis=0, dtype=np.float64), floor)
-        out = src if src.dtype == np.float32 else src.astype(np.float32)
-        return channel_affine(out, _diag(C, 1.0 / std, -mean / std), clip=False)
+        return _shift_then_scale(src, mean, 1.0 / std, 0.0)
 
 
 class GaussianBlur(PhotometricAugmentor):
@@ -333,8 +371,9 @@ class Clip(PhotometricAugmentor):
 
 class Saturation(PhotometricAugmentor):
     """``img * v + grey * (1 - v)`` with ``v = 1 + U(-alpha, alpha)`` (``alpha < 1``); ``rgb``
-    says whether the 3-channel image is RGB or BGR. One ``cv2.transform`` pass (the grey image
-    is a linear map of the channels). Clip as :class:`Brightness`."""
+    says whether the image is RGB or BGR: 3 channels, or 4 with alpha last, which is kept as it
+    is (0.11 blended it with the grey too). One ``cv2.transform`` pass (the grey image is a
+    linear map of the channels). Clip as :class:`Brightness`."""
 
     native = True
 
@@ -348,11 +387,11 @@ class Saturation(PhotometricAugmentor):
         return 1 + self._rand_range(-self.alpha, self.alpha)
 
     def _augment(self, img, v):
-        _need_3_channels(img, "Saturation")
+        _need_colour(img, "Saturation")
         v = float(v)
-        m = np.zeros((3, 4))
-        m[:, :3] = (1 - v) * _grey_weights(self.rgb)
-        m.flat[:15:5] += v                   # the diagonal of the 3 x 3 part
+        m = _diag(img.shape[2], 1.0, 0.0)   # alpha, if any, as it is
+        m[:3, :3] = (1 - v) * _grey_weights(self.rgb)
+        m.flat[:3 * (m.shape[1] + 1):m.shape[1] + 1] += v    # the colour part's diagonal
         return channel_affine(img, m, self.clip)
 
 
@@ -398,5 +437,4 @@ class MinMaxNormalize(PhotometricAugmentor):
             lo, hi = _per_channel(np.minimum, img), _per_channel(np.maximum, img)
         span = hi - lo
         scale = np.where(span > 0, (self.max - self.min) / np.where(span > 0, span, 1), 0.0)
-        out = img if img.dtype == np.float32 else img.astype(np.float32)
-        return channel_affine(out, _diag(C, scale, self.min - lo * scale), clip=False)
+        return _shift_then_scale(img, lo, scale, self.min)

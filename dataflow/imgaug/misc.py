@@ -91,8 +91,8 @@ class RandomResize(ImageAugmentor):
     scale factors of the width (height), ints are sizes in pixels; x and y must be of the same
     kind. With ``aspect_ratio_thres == 0`` the height follows the width so the aspect ratio is
     kept (``yrange`` is then unused); otherwise draws whose relative aspect-ratio change
-    reaches ``aspect_ratio_thres`` are redrawn, and after 50 failures the image is left at its
-    size (with a warning). The new size is at least ``minimum = (min_w, min_h)``, rounded to
+    reaches ``aspect_ratio_thres`` are redrawn, and after 51 failures (as 0.11) the image is left
+    at its size (with a warning). The new size is at least ``minimum = (min_w, min_h)``, rounded to
     the nearest pixel.
     """
 
@@ -112,7 +112,7 @@ class RandomResize(ImageAugmentor):
     def get_transform(self, img):
         h, w = img.shape[:2]
         yrange = self.yrange if self.yrange is not None else self.xrange
-        for _ in range(50):
+        for _ in range(51):          # 0.11 gives up when its count of failures passes 50
             if self.is_float:
                 fx = self._rand_range(*self.xrange)
                 destx = fx * w
@@ -131,7 +131,7 @@ class RandomResize(ImageAugmentor):
             old_r, new_r = w * 1.0 / h, destx * 1.0 / desty
             if abs(new_r - old_r) / old_r < self.aspect_ratio_thres + 1e-5:
                 return ResizeTransform(h, w, desty, destx, self.interp)
-        logger.warning("RandomResize: no acceptable size in 50 draws for an image of size %s; "
+        logger.warning("RandomResize: no acceptable size in 51 draws for an image of size %s; "
                        "keeping its size", (h, w))
         return ResizeTransform(h, w, h, w, self.interp)
 

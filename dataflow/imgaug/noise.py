@@ -10,7 +10,7 @@ import numpy as np
 from ._cv import cv2
 from .transform import cv_input
 from .base import PhotometricAugmentor
-from .imgproc import clip_inplace
+from .imgproc import clip_inplace, with_alpha
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
 
@@ -21,7 +21,8 @@ def _generator(seed):
 
 class JpegNoise(PhotometricAugmentor):
     """Encode as JPEG with a random quality in ``[low, high)`` of ``quality_range`` and decode.
-    The output has the input's shape and dtype (0.11 always returned 3 channels). Another dtype
+    The output has the input's shape and dtype (0.11 always returned 3 channels); the alpha of a
+    4-channel image (last) is kept as it is, the colour channels go through the codec. Another dtype
     than uint8 is converted for the codec as OpenCV's encoder converts it: rounded to the
     nearest integer (halves to even) and saturated to [0, 255]."""
 
@@ -35,8 +36,12 @@ class JpegNoise(PhotometricAugmentor):
         return int(self.rng.randint(*self.quality_range))
 
     def _augment(self, img, q):
-        if img.ndim == 3 and img.shape[2] not in (1, 3):
-            raise ValueError(f"JpegNoise needs a grey or 3-channel image, got shape {img.shape}")
+        if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
+            raise ValueError(f"JpegNoise needs a grey image or one of 3 channels, or 4 with "
+                             f"alpha last; got shape {img.shape}")
+        alpha_of = img
+        if img.ndim == 3 and img.shape[2] == 4:
+            img = img[:, :, :3]
         c = cv2()
         dtype = img.dtype
         if dtype == np.uint8:
@@ -51,8 +56,8 @@ class JpegNoise(PhotometricAugmentor):
         if not ok:
             raise ValueError(f"JpegNoise: cannot encode an image of shape {img.shape}")
         flag = c.IMREAD_COLOR if img.ndim == 3 and img.shape[2] == 3 else c.IMREAD_GRAYSCALE
-        out = c.imdecode(enc, flag).reshape(img.shape)
-        return out.astype(dtype, copy=False)
+        out = c.imdecode(enc, flag).reshape(img.shape).astype(dtype, copy=False)
+        return with_alpha(out, alpha_of) if alpha_of is not img else out
 
 
 class GaussianNoise(PhotometricAugmentor):
