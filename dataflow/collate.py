@@ -15,12 +15,15 @@ def _shape_of(x):
 
 def batch_numpy(data_list, key=None):
     """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
-    ``bool`` -> bool, ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
+    ``bool`` -> bool (int32, as ``int``, when other values are mixed in), ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
     and scalars -> their dtype (of the first one; for numpy strings, the width of the longest)
     with a new leading axis; anything else is returned as the list itself."""
     data = data_list[0]
     if type(data) is bool:
-        dtype = "bool"
+        # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
+        # True); a mixed component takes tensorpack's int32 rule, which refuses what is no number
+        dtype = "bool" if all(type(x) is bool or type(x) is np.bool_ for x in data_list) \
+            else "int32"
     elif isinstance(data, int) and not isinstance(data, np.generic):
         dtype = "int32"
     elif type(data) is float:
@@ -43,11 +46,25 @@ def batch_numpy(data_list, key=None):
         shapes = [_shape_of(x) for x in data_list]
         seen = list(dict.fromkeys(shapes))
         first_bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
-        where = "" if first_bad is None else f" (first mismatch at datapoint {first_bad})"
+        if first_bad is None:       # one shape: a value numpy cannot convert to the dtype
+            types = [type(x).__name__ for x in data_list]
+            first_bad = next((i for i, x in enumerate(data_list) if not _converts(x, dtype)), 0)
+            raise ValueError(
+                f"BatchData: cannot batch component {key!r} as {np.dtype(dtype)}: datapoint "
+                f"{first_bad} has a {types[first_bad]}. Types in the batch: {types}. "
+                f"({type(e).__name__}: {e})") from e
         raise ValueError(
             f"BatchData: cannot batch component {key!r}: its values are not of one "
-            f"consistent shape{where}. Shapes seen: {seen}; all shapes in the batch: "
-            f"{shapes}. ({type(e).__name__}: {e})") from e
+            f"consistent shape (first mismatch at datapoint {first_bad}). Shapes seen: {seen}; "
+            f"all shapes in the batch: {shapes}. ({type(e).__name__}: {e})") from e
+
+
+def _converts(value, dtype):
+    try:
+        np.asarray(value, dtype=dtype)
+        return True
+    except (ValueError, TypeError, OverflowError):
+        return False
 
 
 def aggregate_batch(data_holder, use_list=False):

@@ -1,7 +1,7 @@
 """Dataflows that produce data from Python objects: lists, generators, iterables, queues, or
 random numbers. Names, signatures and semantics follow ``tensorpack.dataflow.raw`` (0.11)."""
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -293,7 +293,8 @@ class DataFromGenerator(DataFlow):
         """
         self._gen = gen
         self._size = None if size is None else int(size)
-        self._one_shot = (not callable(gen)) and iter(gen) is gen
+        # its own iterator (told without calling iter(), which would begin a dataflow's pass)
+        self._one_shot = (not callable(gen)) and isinstance(gen, Iterator)
         self._exhausted = False
 
     def __len__(self):
@@ -320,18 +321,30 @@ class DataFromGenerator(DataFlow):
         if callable(self._gen):
             yield from self._gen()
             return
-        if self._one_shot and self._exhausted:
-            raise RuntimeError("DataFromGenerator wraps a generator (iterator) object, which was "
-                               "already exhausted by an earlier pass. Pass a generator function "
-                               "(a callable returning a new generator) to iterate more than once.")
-        # a for loop, not ``yield from``: closing this pass early must not close the user's iterator
-        for dp in self._gen:
-            yield dp
-        self._exhausted = True
+        yield from _pass_of_iterable(self, self._gen, "Pass a generator function (a callable "
+                                     "returning a new generator) to iterate more than once.")
+
+
+def _pass_of_iterable(df, iterable, fix):
+    """One pass of ``iterable`` for ``df``, whose ``_one_shot`` says whether the iterable is its
+    own iterator (a generator object, a file): such a one is consumed once, and a pass started
+    after it was exhausted raises ``RuntimeError`` (naming ``fix``) rather than silently
+    yielding nothing; one stopped early resumes where it stopped."""
+    if df._one_shot and df._exhausted:
+        raise RuntimeError(f"{type(df).__name__} wraps an iterator ({type(iterable).__name__} "
+                           f"object), which was already exhausted by an earlier pass. {fix}")
+    # a for loop, not ``yield from``: closing this pass early must not close the user's iterator
+    for dp in iterable:
+        yield dp
+    df._exhausted = True
 
 
 class DataFromIterable(DataFlow):
-    """The elements of an iterable as datapoints; each pass calls ``iter(iterable)``.
+    """The elements of an iterable as datapoints; each pass calls ``iter(iterable)``. A one-shot
+    iterator (a generator object, a file) is consumed once, as by :class:`DataFromGenerator`: a
+    pass started after it was exhausted raises ``RuntimeError`` (tensorpack's pass was silently
+    empty), and one started after an earlier pass stopped early resumes where it stopped
+    (tensorpack closed the generator, losing the rest).
 
     ``len()`` is ``len(iterable)`` when the iterable has a length (taken at construction, as in
     tensorpack), otherwise it raises ``NotImplementedError``; an iterable whose ``len()`` raises
@@ -340,6 +353,8 @@ class DataFromIterable(DataFlow):
 
     def __init__(self, iterable):
         self._itr = iterable
+        self._one_shot = isinstance(iterable, Iterator)      # see DataFromGenerator
+        self._exhausted = False
         try:
             self._len = len(iterable)
         except Exception:
@@ -364,8 +379,8 @@ class DataFromIterable(DataFlow):
         _ckpt.PassPosition._end_pass(self)
 
     def _one_pass(self):
-        for dp in self._itr:  # not ``yield from``: closing a pass must not close the iterable
-            yield dp
+        return _pass_of_iterable(self, self._itr, "Give a re-iterable object (a list, a "
+                                 "dataflow) to iterate more than once.")
 
     # another re-iterable object is replayed: its position is the count of datapoints returned
     def _get_position(self):

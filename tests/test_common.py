@@ -313,6 +313,17 @@ def test_batchdata_dtypes():
     assert b[6] == [{"k": 0}, {"k": 1}, {"k": 2}, {"k": 3}]  # unbatchable -> list
 
 
+def test_batchdata_bools_mixed_with_other_values_are_not_cast_to_bool():
+    # numpy casts anything to bool: 'xyz' and 2 became True; a mixed component is int32 (0.11's
+    # rule for bools), which refuses what is no number, naming it
+    assert BatchData.aggregate_batch([[True], [2]])[0].tolist() == [1, 2]
+    assert BatchData.aggregate_batch([[True], [np.bool_(False)]])[0].dtype == np.bool_
+    with pytest.raises(ValueError, match="component 0 as int32: datapoint 2 has a NoneType"):
+        BatchData.aggregate_batch([[True], [2.5], [None]])
+    with pytest.raises(ValueError, match="datapoint 1 has a str"):
+        BatchData.aggregate_batch([[True], ["xyz"]])
+
+
 def test_batchdata_big_python_int_falls_back_to_int64():
     b = BatchData.aggregate_batch([[2 ** 40], [1]])
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]

@@ -113,21 +113,38 @@ def test_datafromgenerator_function_reiterable():
         len(df)
 
 
-def test_datafromgenerator_object_second_pass_raises():
-    df = DataFromGenerator(([i] for i in range(3)))
+@pytest.mark.parametrize("cls", [DataFromGenerator, DataFromIterable])
+def test_a_generator_object_second_pass_raises(cls):
+    df = cls(([i] for i in range(3)))      # DataFromIterable's pass was silently empty
     df.reset_state()
     assert list(iter(df)) == [[0], [1], [2]]
-    with pytest.raises(RuntimeError, match="already exhausted"):
+    with pytest.raises(RuntimeError, match=f"{cls.__name__} wraps an iterator .*already exhausted"):
         list(iter(df))
 
 
-def test_datafromgenerator_object_partial_pass_resumes():
-    df = DataFromGenerator(([i] for i in range(4)))
+@pytest.mark.parametrize("cls", [DataFromGenerator, DataFromIterable])
+def test_a_generator_object_partial_pass_resumes(cls):
+    df = cls(([i] for i in range(4)))
     df.reset_state()
     it = iter(df)
     assert next(it) == [0]
     it.close()
     assert list(iter(df)) == [[1], [2], [3]]
+
+
+@pytest.mark.parametrize("cls", [DataFromGenerator, DataFromIterable])
+def test_wrapping_a_reiterable_begins_no_pass_of_it(cls):
+    class Counted:                 # iter() does work, as it starts a parallel map's pass
+        passes = 0
+
+        def __iter__(self):
+            Counted.passes += 1
+            return iter([[1]])
+
+    df = cls(Counted())            # whether it is one-shot was asked by calling iter() on it
+    assert Counted.passes == 0
+    assert list(iter(df)) == [[1]] and list(iter(df)) == [[1]]
+    assert Counted.passes == 2
 
 
 def test_datafromgenerator_size_gives_len():
