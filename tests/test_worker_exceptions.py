@@ -252,3 +252,37 @@ def test_an_exception_whose_new_wants_other_arguments_keeps_its_class():
     exc = unpack_exception(pack_exception(NewWantsArguments(1, 2)))
     assert type(exc) is NewWantsArguments and exc.args == (1,) and exc.b == 2
     assert not getattr(exc, "__notes__", None)
+
+
+@pytest.mark.parametrize("make", [
+    lambda f: D.MultiThreadMapData(D.DataFromList([[i] for i in range(3)], shuffle=False), 2, f,
+                                   strict=True),
+    lambda f: D.MultiThreadRunner(
+        lambda: D.MapData(D.DataFromList([[i] for i in range(3)], shuffle=False), f), 1, 1)],
+    ids=["MultiThreadMapData", "MultiThreadRunner"])
+def test_threads_stop_when_a_dataflow_that_raised_is_dropped_without_close(make):
+    # A worker thread kept the WorkerError it had handed over, whose exception, raised in the
+    # consumer, held the consumer's frames and the dataflow in them: the dataflow was never
+    # collected, so close() never ran and the threads lived on.
+    import gc
+    import weakref
+
+    def f(dp):
+        if dp[0] == 2:
+            raise KeyError(dp[0])
+        return dp
+
+    before = set(threading.enumerate())
+    df = make(f)
+    df.reset_state()
+    with pytest.raises(KeyError):
+        list(df)
+    started = set(threading.enumerate()) - before
+    assert started, "the dataflow started no thread"
+    gone = weakref.ref(df)
+    del df
+    gc.collect()
+    assert gone() is None, "the dataflow was not collected"
+    for t in started:
+        t.join(timeout=10)
+    assert not [t.name for t in started if t.is_alive()]

@@ -85,6 +85,11 @@ def _thread_main(wid, make_func, tasks, results, stop, watch):
             watch.busy_since = None
             watch.busy_s += out[1]
             results.put(out)
+            # let go of what was handed over before waiting: a WorkerError in ``out`` is raised
+            # in the consumer, whose frames (and the dataflow in them) its traceback then holds,
+            # and this thread's frame kept all of that alive, so a dataflow dropped without
+            # close() was never collected and its threads never stopped
+            out = task = None
     except BaseException as e:       # make_func failed, or something outside one datapoint
         results.put(_Failed(WorkerError.from_exception(e, f"worker thread {wid}")))
 
