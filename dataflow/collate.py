@@ -15,9 +15,10 @@ def _shape_of(x):
 
 def batch_numpy(data_list, key=None):
     """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
-    ``bool`` -> bool (int32, as ``int``, when other values are mixed in), ``float`` -> float32, ``str``/``bytes`` -> numpy str array, numpy arrays
-    and scalars -> their dtype (of the first one; for numpy strings, the width of the longest)
-    with a new leading axis; anything else is returned as the list itself."""
+    ``bool`` -> bool (int32, as ``int``, when other values are mixed in), ``float`` -> float32,
+    ``str``/``bytes`` -> numpy str array, numpy arrays and scalars -> their dtype (of the first
+    one; for numpy strings, the width of the longest) with a new leading axis; anything else is
+    returned as the list itself."""
     data = data_list[0]
     if type(data) is bool:
         # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
