@@ -78,6 +78,36 @@ def _key(key, name, who):
                      + (" that are not all Z85" if size == "40 characters" else ""))
 
 
+def _bind(sock, addr, who):
+    """Bind ``sock`` to ``addr``. For ``ipc://path`` (not the abstract ``ipc://@name``), return
+    the socket file's ``(path, st_dev, st_ino)``: ZeroMQ leaves the file when the socket closes,
+    and :func:`_remove_socket_file` removes it then."""
+    _check_ipc_free(addr, who)
+    sock.bind(addr)
+    if not addr.startswith("ipc://") or addr.startswith("ipc://@"):
+        return None
+    path = addr[len("ipc://"):]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return path, st.st_dev, st.st_ino
+
+
+def _remove_socket_file(made):
+    """Remove the socket file that :func:`_bind` made (after its socket is closed), unless the
+    path is another file by now (a socket bound there since)."""
+    if made is None:
+        return
+    path, dev, ino = made
+    try:
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _check_ipc_free(addr, who):
     """Before binding ``ipc://path``: ZeroMQ removes an existing socket file and binds anew,
     which would silently take the endpoint from a receiver still bound to it (its senders' new
@@ -145,6 +175,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
         keep_freed_memory()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
+    made = None
     try:
         sock.set_hwm(hwm)
         if curve_server_key is not None:
@@ -155,8 +186,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
             sock.curve_publickey = _key(public, "curve_client_keypair[0]", who)
             sock.curve_secretkey = _key(secret, "curve_client_keypair[1]", who)
         if bind:
-            _check_ipc_free(addr, "send_dataflow_zmq")
-            sock.bind(addr)
+            made = _bind(sock, addr, "send_dataflow_zmq")
         else:
             sock.connect(addr)
         df.reset_state()
@@ -177,6 +207,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
     finally:
         sock.close(linger=0)
         ctx.destroy(linger=0)
+        _remove_socket_file(made)
 
 
 class RemoteDataZMQ(DataFlow):
@@ -277,11 +308,9 @@ class RemoteDataZMQ(DataFlow):
             if self.curve_client_keys is not None:
                 sock.zap_domain = _ZAP_DOMAIN.encode()
         if self.bind:
-            _check_ipc_free(addr, "RemoteDataZMQ")
-            sock.bind(addr)
-        else:
-            sock.connect(addr)
-        return sock
+            return sock, _bind(sock, addr, "RemoteDataZMQ")
+        sock.connect(addr)
+        return sock, None
 
     def _receive(self, stop, owner):
         owner[0] = threading.current_thread()
@@ -290,13 +319,15 @@ class RemoteDataZMQ(DataFlow):
                 keep_freed_memory()
             ctx = zmq.Context()
             auth = None
-            socks = []
+            socks, files = [], []
             try:
                 if self.curve_client_keys is not None:
                     auth = _start_authenticator(ctx, self.curve_client_keys)
                 for a in (self.addr1, self.addr2):
                     if a:
-                        socks.append(self._socket(ctx, a))
+                        sock, made = self._socket(ctx, a)
+                        socks.append(sock)
+                        files.append(made)
                 if len(socks) == 1:
                     socks[0].rcvtimeo = _POLL_MS     # to look at ``stop`` while no data comes
                     recv = socks[0].recv
@@ -328,6 +359,8 @@ class RemoteDataZMQ(DataFlow):
                     auth.stop()
                 if not sys.is_finalizing():     # at exit pyzmq may have dropped its sockets
                     ctx.destroy(linger=0)       # already; terminating could then block
+                for made in files:
+                    _remove_socket_file(made)
 
     def _decode(self, frame, addr, n):
         try:

@@ -270,12 +270,31 @@ def test_a_second_receiver_on_a_live_ipc_address_is_refused(no_leaks, ipc_addr):
             assert info.value.errno == errno.EADDRINUSE
         dp = next(it)
         assert_dp(dp, dp[0])
+        assert os.path.exists(ipc_addr[len("ipc://"):])     # the refused ones left it alone
         it.close()
-    # once closed, the file nobody listens on is free to bind again
-    assert os.path.exists(ipc_addr[len("ipc://"):])
+    # a socket file nobody listens on (as a killed process leaves it) is free to bind again
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(ipc_addr[len("ipc://"):])
+    stale.close()
     with sender(ipc_addr):
         dp = take(RemoteDataZMQ(ipc_addr), 1)[0]
         assert_dp(dp, dp[0])
+
+
+def test_a_bound_ipc_socket_file_is_removed_when_the_socket_closes(no_leaks, ipc_addr):
+    # ZeroMQ leaves the file; it was left in the directory (say /tmp) after every run
+    path = ipc_addr[len("ipc://"):]
+    with sender(ipc_addr):
+        df = RemoteDataZMQ(ipc_addr)
+        df.reset_state()
+        it = iter(df)
+        assert_dp(next(it), 0)
+        assert os.path.exists(path)
+        df.close()
+    assert not os.path.exists(path)
+    with pytest.raises(ValueError, match="produced no datapoint"):    # the sender's end
+        send_dataflow_zmq(D.DataFromList([]), ipc_addr, bind=True)
+    assert not os.path.exists(path)
 
 
 def test_close_ends_an_iteration_whose_thread_has_ended(no_leaks, ipc_addr):
