@@ -37,6 +37,7 @@ logger = logging.getLogger("dataflow")
 
 
 # After a worker's death, how long to wait for a last message it sent (milliseconds).
+_SIGNAL_CHECK_MS = 500      # the longest wait for workers, so a signal is seen (_check_time)
 _LAST_WORDS_MS = 100
 
 
@@ -382,9 +383,12 @@ class ProcessExecutor(Executor):
                     self._died(w)
 
     def _check_time(self, timeout):
-        """Apply the deadlines; milliseconds until the next one (``None``: no deadline)."""
+        """Apply the deadlines; milliseconds until the next one, at most ``_SIGNAL_CHECK_MS``."""
         wait = check_workers(self._workers, timeout, config.current_hang_timeout(), self._warn_hung)
-        return None if wait is None else int(wait * 1000) + 1
+        # Never wait without end: a signal (Ctrl-C) that the kernel hands to another thread of
+        # this process interrupts no poll here, and Python runs its handler only when this
+        # thread next runs Python (CPython 3.13 notes it when the thread takes the GIL again)
+        return _SIGNAL_CHECK_MS if wait is None else min(int(wait * 1000) + 1, _SIGNAL_CHECK_MS)
 
     def _warn_hung(self, w, waited):
         logger.warning("%s for %.1f s (hang_timeout=%s s); its Python stack:\n%s", w.describe(),
