@@ -1088,24 +1088,25 @@ def test_hang_timeout_assigned_as_a_number_is_honoured(caplog):
 
 
 @pytest.mark.timeout(60)
-def test_a_sigint_that_another_thread_receives_still_interrupts_a_waiting_consumer(tmp_path):
+@pytest.mark.parametrize("mapper", ["MultiProcessMapData", "MultiThreadMapData"])
+def test_a_sigint_that_another_thread_receives_still_interrupts_a_waiting_consumer(tmp_path,
+                                                                                  mapper):
     # The kernel may hand a process-directed SIGINT to any thread that does not block it. The
     # consumer's wait for its workers was a poll without end, which such a signal does not
     # interrupt: the KeyboardInterrupt waited until a result came (here: never). Blocking
     # SIGINT in the main thread makes the other thread the one that receives it.
     path = tmp_path / "sigint_elsewhere.py"
-    path.write_text(textwrap.dedent("""
+    path.write_text(textwrap.dedent(f"""
         import signal, sys, threading, time
         import dataflow as D
         signal.signal(signal.SIGINT, signal.default_int_handler)
         def slow(dp):
             print("mapping", flush=True)        # (the worker's): the consumer now waits
             time.sleep(600)
-        df = D.MultiProcessMapData(D.DataFromList([[0]] * 4, shuffle=False), 1, slow,
-                                   strict=True)
+        df = D.{mapper}(D.DataFromList([[0]] * 4, shuffle=False), 1, slow, strict=True)
         df.reset_state()
         threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
         try:
             next(iter(df))
         except KeyboardInterrupt:

@@ -7,7 +7,6 @@ an abandoned dataflow is garbage-collected and its finalizer stops them.
 """
 import errno
 import logging
-import math
 import queue
 import sys
 import threading
@@ -28,6 +27,7 @@ logger = logging.getLogger("dataflow")
 # close() waits at most this long in total for idle threads to leave; a thread that is inside a
 # map call cannot be interrupted and leaves as soon as that call returns.
 _JOIN_BUDGET = 0.05
+_SIGNAL_CHECK_S = 0.5     # the longest wait for a result, so a signal is seen (get)
 
 
 def _warn_hung(watch, waited):
@@ -158,9 +158,10 @@ class ThreadExecutor(Executor):
         while True:
             hang = config.current_hang_timeout()
             wait = check_workers(self._watches, timeout, hang, _warn_hung)
-            if wait is None and (timeout is not None or hang != math.inf):
-                # No thread has started on the work yet: look again after a while.
-                wait = min(t for t in (timeout, hang) if t is not None)
+            # Look again after a while at most (also when no thread has started on the work
+            # yet): a signal (Ctrl-C) that the kernel hands to another thread interrupts no
+            # wait here, and Python raises it only when this thread runs Python again.
+            wait = _SIGNAL_CHECK_S if wait is None else min(wait, _SIGNAL_CHECK_S)
             try:
                 r = self._results.get(timeout=wait)
                 break
