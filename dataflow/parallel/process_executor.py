@@ -28,7 +28,7 @@ from .shm import SegmentReader
 from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _sigint_held, _without_main_module,
                     default_start_method)
-from .supervisor import WorkerCrashedError, check_workers, describe_exit
+from .supervisor import WorkerCrashedError, describe_exit, next_wait
 from .worker import _worker_main
 
 __all__ = ["ProcessExecutor", "SHM_BUDGET"]
@@ -37,7 +37,6 @@ logger = logging.getLogger("dataflow")
 
 
 # After a worker's death, how long to wait for a last message it sent (milliseconds).
-_SIGNAL_CHECK_MS = 500      # the longest wait for workers, so a signal is seen (_check_time)
 _LAST_WORDS_MS = 100
 
 
@@ -383,12 +382,9 @@ class ProcessExecutor(Executor):
                     self._died(w)
 
     def _check_time(self, timeout):
-        """Apply the deadlines; milliseconds until the next one, at most ``_SIGNAL_CHECK_MS``."""
-        wait = check_workers(self._workers, timeout, config.current_hang_timeout(), self._warn_hung)
-        # Never wait without end: a signal (Ctrl-C) that the kernel hands to another thread of
-        # this process interrupts no poll here, and Python runs its handler only when this
-        # thread next runs Python (CPython 3.13 notes it when the thread takes the GIL again)
-        return _SIGNAL_CHECK_MS if wait is None else min(int(wait * 1000) + 1, _SIGNAL_CHECK_MS)
+        """Apply the deadlines; milliseconds to wait (see ``supervisor.next_wait``)."""
+        wait = next_wait(self._workers, timeout, config.current_hang_timeout(), self._warn_hung)
+        return int(wait * 1000) + 1
 
     def _warn_hung(self, w, waited):
         logger.warning("%s for %.1f s (hang_timeout=%s s); its Python stack:\n%s", w.describe(),

@@ -68,7 +68,7 @@ from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, Executor, InlineExecutor,
                        WorkerError, run_chunk)
 from . import cvthreads, ray_reaper
-from .supervisor import WorkerCrashedError, check_workers
+from .supervisor import WorkerCrashedError, next_wait
 from .transport import pickle_error, unpickle_error
 
 __all__ = ["RayExecutor", "RayMapData", "RayRunner", "started_ray"]
@@ -81,9 +81,6 @@ INSTALL_HINT = 'pip install "dataflow-rt[ray]"'
 # some 10 times a worker process's message: chunks aim at this much work each (the mapper's
 # default is 10 ms), so that the overhead stays a few percent of a ~1 ms map.
 CHUNK_SECONDS = 0.02
-
-# get() wakes at least this often (seconds) while it waits.
-_POLL = 1.0
 
 # After an actor's death: how long to wait for the fate (result or error) of its other chunks.
 _DEATH_GRACE = 5.0
@@ -414,10 +411,9 @@ class RayExecutor(Executor):
                 raise RuntimeError(CLOSED_WHILE_ITERATING)
             if not self._pending:
                 raise RuntimeError("RayExecutor.get() with no chunk in flight")
-            wait = check_workers(self._slots, timeout, config.current_hang_timeout(), self._warn_hung)
-            # At most _POLL at a time, so that Ctrl-C and a close() from another thread are
-            # seen promptly.
-            wait = _POLL if wait is None else min(wait, _POLL)
+            # (at most supervisor.SIGNAL_CHECK at a time: a close() from another thread is seen
+            # promptly too)
+            wait = next_wait(self._slots, timeout, config.current_hang_timeout(), self._warn_hung)
             done, _ = ray.wait(list(self._pending), num_returns=1, timeout=wait)
             for ref in done:
                 if ref in self._pending:

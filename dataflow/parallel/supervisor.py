@@ -7,7 +7,8 @@
   dies (killed, segfault, ``os._exit``, out of memory) is noticed at once, and
   :class:`WorkerCrashedError` names it, how it died and the datapoints it held.
 * :func:`check_workers` applies the deadlines (the user's ``timeout``, the configured hang
-  timeout) to the workers of any executor.
+  timeout) to the workers of any executor; :func:`next_wait` is how long a consumer may then
+  wait for them.
 """
 import ctypes
 import ctypes.util
@@ -18,7 +19,12 @@ import sys
 import time
 
 __all__ = ["WorkerCrashedError", "die_with_parent", "process_alive", "describe_exit",
-           "check_workers"]
+           "check_workers", "next_wait"]
+
+# The longest a consumer waits for its workers at a time. A signal (Ctrl-C) that the kernel
+# hands to another thread of the process interrupts no wait of the consumer's thread, and Python
+# raises it only when that thread runs Python again (CPython 3.13: when it takes the GIL back).
+SIGNAL_CHECK = 0.5
 
 
 class WorkerCrashedError(RuntimeError):
@@ -112,6 +118,13 @@ def check_workers(workers, timeout, hang_timeout, on_hung):
                 w.next_warning = now + hang_timeout
             wake = _earliest(wake, w.next_warning)
     return None if wake is None else max(0.0, wake - now)
+
+
+def next_wait(workers, timeout, hang_timeout, on_hung):
+    """:func:`check_workers`, then the seconds to wait for the workers: until the next
+    deadline, and at most :data:`SIGNAL_CHECK`."""
+    wait = check_workers(workers, timeout, hang_timeout, on_hung)
+    return SIGNAL_CHECK if wait is None else min(wait, SIGNAL_CHECK)
 
 
 def _earliest(a, b):

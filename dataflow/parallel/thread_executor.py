@@ -17,7 +17,7 @@ from .. import config
 from .protocol import CLOSED_WHILE_ITERATING, THREAD, Executor, WorkerError, run_chunk
 from . import cvthreads
 from .resources import ResourceLimitError
-from .supervisor import check_workers
+from .supervisor import next_wait
 
 __all__ = ["ThreadExecutor"]
 
@@ -27,7 +27,6 @@ logger = logging.getLogger("dataflow")
 # close() waits at most this long in total for idle threads to leave; a thread that is inside a
 # map call cannot be interrupted and leaves as soon as that call returns.
 _JOIN_BUDGET = 0.05
-_SIGNAL_CHECK_S = 0.5     # the longest wait for a result, so a signal is seen (get)
 
 
 def _warn_hung(watch, waited):
@@ -156,12 +155,7 @@ class ThreadExecutor(Executor):
 
     def get(self, timeout=None):
         while True:
-            hang = config.current_hang_timeout()
-            wait = check_workers(self._watches, timeout, hang, _warn_hung)
-            # Look again after a while at most (also when no thread has started on the work
-            # yet): a signal (Ctrl-C) that the kernel hands to another thread interrupts no
-            # wait here, and Python raises it only when this thread runs Python again.
-            wait = _SIGNAL_CHECK_S if wait is None else min(wait, _SIGNAL_CHECK_S)
+            wait = next_wait(self._watches, timeout, config.current_hang_timeout(), _warn_hung)
             try:
                 r = self._results.get(timeout=wait)
                 break
