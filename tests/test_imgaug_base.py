@@ -137,6 +137,11 @@ def test_reprs():
         "imgaug.ResizeTransform(h=1, w=2, new_h=3, new_w=4, interp=1)"
     assert repr(imgaug.CropTransform(1, 2, 3, 4)) == "imgaug.CropTransform(y0=1, x0=2, h=3, w=4)"
     assert repr(imgaug.TransformFactory(name="hi")) == "imgaug.TransformFactory(hi)"
+    # the transforms of MapImage and RandomCutout print as 0.11's
+    img = np.zeros((4, 4), np.float32)
+    assert repr(imgaug.MapImage(abs).get_transform(img)) == "imgaug.TransformFactory(MapImage)"
+    assert repr(imgaug.RandomCutout(2, 2).get_transform(img)) == \
+        "imgaug.PhotometricTransform(cutout)"
     augs = imgaug.AugmentorList([imgaug.Flip(horiz=True), imgaug.Contrast((0.8, 1.2))])
     assert repr(augs) == ("imgaug.AugmentorList([\n  imgaug.Flip(horiz=True),\n"
                           "  imgaug.Contrast(factor_range=(0.8, 1.2))])")

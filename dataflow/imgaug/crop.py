@@ -4,8 +4,8 @@ rather than cropping, and leaves coordinates unchanged)."""
 import numpy as np
 
 from ._cv import INTER_LINEAR
-from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, check_order,
-                   check_positive_size, randint, shape2d)
+from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, _AugmentorTransform,
+                   check_order, check_positive_size, randint, shape2d)
 from .misc import _shortest_edge_size
 from .transform import CropTransform, ResizeTransform, TransformList
 
@@ -144,6 +144,9 @@ class RandomCutout(PhotometricAugmentor):
                             hint=" (a size is drawn from [low, high); an int is a fixed size)")
         self._init(locals())
 
+    def get_transform(self, img):
+        return _CutoutTransform(self, self._get_augment_params(img))
+
     def _get_augment_params(self, img):
         H, W = img.shape[:2]
         rng = self.rng
@@ -160,3 +163,7 @@ class RandomCutout(PhotometricAugmentor):
         y0, x0, h, w = param
         img[y0:y0 + h, x0:x0 + w] = self.fill
         return img
+
+
+class _CutoutTransform(_AugmentorTransform):
+    name = "cutout"          # 0.11's repr: imgaug.PhotometricTransform(cutout)

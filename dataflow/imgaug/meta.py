@@ -117,7 +117,7 @@ class _FunctionTransform(Transform):
         return self.coord_func(coords)
 
     def __repr__(self):
-        return f"imgaug.TransformFactory({self.aug!r})"
+        return "imgaug.TransformFactory(MapImage)"         # as 0.11's
 
     __str__ = __repr__
 
