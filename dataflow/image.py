@@ -12,7 +12,7 @@ the same as a parallel map's. Differences from tensorpack 0.11, all fixes:
 * coordinates may have any floating dtype (float32 included), not only float64;
 * a tuple datapoint is copied into a list before its components are replaced (tensorpack
   fails on it);
-* with ``catch_exceptions=True`` the first 10 failures, then every 100th, are logged with the
+* with ``catch_exceptions=True`` the first 9 failures, then every 100th, are logged with the
   traceback (what tensorpack did, not what its docstring said), and the failing datapoint is
   dropped (``len()`` is unchanged);
 * ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files``, not the caller's list, and
@@ -71,7 +71,7 @@ def _check_coords(coords, what):
 
 class _ExceptionHandler:
     """With ``catch=True``, count the exceptions of ``run`` and return ``None`` for them (the
-    datapoint is dropped), logging the first 10 and then every 100th with their traceback;
+    datapoint is dropped), logging the first 9 and then every 100th (as tensorpack) with their traceback;
     otherwise let them through."""
 
     def __init__(self, catch, what):
@@ -86,7 +86,7 @@ class _ExceptionHandler:
             return fn(*args)
         except Exception:
             self.count += 1
-            if self.count <= 10 or self.count % 100 == 0:
+            if self.count < 10 or self.count % 100 == 0:      # as tensorpack
                 logger.exception("%s: an exception was caught (%d so far); the datapoint is "
                                  "dropped", self.what, self.count)
             return None
@@ -94,10 +94,12 @@ class _ExceptionHandler:
 
 def _augmented(img, what):
     """An augmentor's output, checked: a ``MapImage`` function that returns nothing made it
-    ``None``, which as a map result drops the datapoint, silently (tensorpack's does)."""
-    if not isinstance(img, np.ndarray):
-        raise TypeError(f"{what}: the augmentors returned {type(img).__name__}, not an image "
-                        "(does a MapImage function return its result?)")
+    ``None``, which as a map result drops the datapoint, silently (tensorpack's does). Any
+    other result is the component's new value, as in tensorpack (a last ``MapImage`` may turn
+    the image into a tensor or a list)."""
+    if img is None:
+        raise TypeError(f"{what}: the augmentors returned None, not an image (does a MapImage "
+                        "function return its result?)")
     return img
 
 
@@ -292,6 +294,8 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
             flag = cv2.IMREAD_COLOR if rgb is None else rgb
         im = cv2.imread(f, flag)
         if im is None:
+            if os.path.isdir(f):
+                raise IsADirectoryError(f"ImageFromFile: {f!r} is a directory, not an image file")
             if not os.path.isfile(f):
                 raise FileNotFoundError(f"ImageFromFile: no such image file: {f!r}")
             raise ValueError(f"ImageFromFile: OpenCV cannot read {f!r} as an image")

@@ -176,6 +176,26 @@ def test_component_catch_exceptions_drops_the_datapoint_and_logs(caplog):
         collect(AugmentImageComponent(DataFromList(src, shuffle=False), [FailOnSeven()]))
 
 
+def test_catch_exceptions_logs_the_first_nine_failures_then_every_hundredth(caplog):
+    # tensorpack 0.11 logs failure n when n < 10 or n % 100 == 0
+    def fail(img):
+        raise RuntimeError("always")
+    df = AugmentImageComponent(DataFromList([[image()]] * 205, shuffle=False),
+                               [imgaug.MapImage(fail)], catch_exceptions=True)
+    with caplog.at_level(logging.ERROR, logger="dataflow"):
+        assert collect(df) == []
+    assert len([r for r in caplog.records if "always" in (r.exc_text or "")]) == 11   # 1-9, 100, 200
+
+
+def test_a_last_augmentor_may_turn_the_image_into_another_type():
+    # as tensorpack: only None (a MapImage function without return) is an error
+    df = AugmentImageComponent(DataFromList([[image(), 3]], shuffle=False),
+                               [HFlip(), imgaug.MapImage(lambda x: x.tolist())])
+    (dp,) = collect(df)
+    assert isinstance(dp[0], list) and np.array_equal(np.asarray(dp[0]), image()[:, ::-1])
+    assert dp[1] == 3
+
+
 def test_component_rejects_a_non_image_even_when_catching():
     for bad in ([[1, 2]], [[np.zeros((2, 2), np.int32)]]):
         df = AugmentImageComponent(DataFromList([bad[0]], shuffle=False), [HFlip()],
@@ -282,7 +302,7 @@ def test_an_augmentor_that_returns_nothing_is_an_error_not_a_dropped_datapoint()
 
     df = AugmentImageComponent(DataFromList([[image()]] * 4), [imgaug.MapImage(forgets_to_return)])
     with pytest.raises(TypeError, match="AugmentImageComponent: the augmentors returned "
-                                        "NoneType, not an image"):
+                                        "None, not an image"):
         collect(df)          # every datapoint was dropped, silently (tensorpack's too)
 
 
@@ -343,6 +363,8 @@ def test_image_from_file_errors(tmp_path):
     missing = str(tmp_path / "missing.png")
     with pytest.raises(FileNotFoundError, match="missing.png"):
         collect(ImageFromFile([missing]))
+    with pytest.raises(IsADirectoryError, match="is a directory, not an image file"):
+        collect(ImageFromFile([str(tmp_path)]))
     junk = tmp_path / "junk.png"
     junk.write_bytes(b"not an image")
     with pytest.raises(ValueError, match="junk.png"):
