@@ -71,8 +71,8 @@ def _check_coords(coords, what):
 
 class _ExceptionHandler:
     """With ``catch=True``, count the exceptions of ``run`` and return ``None`` for them (the
-    datapoint is dropped), logging the first 9 and then every 100th (as tensorpack) with their traceback;
-    otherwise let them through."""
+    datapoint is dropped), logging the first 9 and then every 100th (as tensorpack) with their
+    traceback; otherwise let them through."""
 
     def __init__(self, catch, what):
         self.catch = bool(catch)
