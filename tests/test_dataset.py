@@ -304,6 +304,12 @@ def test_cifar_reads_rgb_images_and_int_labels(tmp_path, cls, classnum):
     np.testing.assert_allclose(df.get_per_pixel_mean(), everything.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(df.get_per_channel_mean(), everything.mean(axis=(0, 1, 2)),
                                rtol=1e-5)
+    # tensorpack's attribute: the split's batch files
+    assert [os.path.basename(f) for f in df.fs] == \
+        (["data_batch_%d" % k for k in range(1, 6)] if classnum == 10 else ["train"])
+    for names in (("val",), (), "train"):     # tensorpack: AssertionError / nan / AssertionError
+        with pytest.raises(ValueError, match="names must be a non-empty sequence"):
+            df.get_per_pixel_mean(names)
 
 
 def test_cifar_missing_or_corrupt_batch_is_named(tmp_path):
@@ -460,6 +466,16 @@ def test_ilsvrc12_files_and_images_are_bgr(imagenet):
     assert dataset.ILSVRCMeta.guess_dir_structure(str(data / "val")) == "original"
 
 
+def test_ilsvrc12_meta_dir_must_exist(imagenet, tmp_path):
+    # tensorpack asserts it; ILSVRCMeta would create the folder and download into it
+    _, data, *_ = imagenet
+    typo = tmp_path / "typo_meta"
+    for cls in (dataset.ILSVRC12Files, dataset.ILSVRC12):
+        with pytest.raises(FileNotFoundError, match="meta_dir .*typo_meta.*: no such directory"):
+            cls(str(data), "val", meta_dir=str(typo))
+    assert not typo.exists()
+
+
 def test_ilsvrc12_missing_image_is_named(imagenet):
     meta_dir, data, _, _, val, _ = imagenet
     os.unlink(data / "val" / val[2][0])
@@ -493,8 +509,10 @@ def test_tiny_imagenet(tmp_path):
     assert train.shuffle and len(train) == 1
     [(im, label)] = read_all(train)
     assert im.shape == (64, 64, 3) and tuple(im[0, 0]) == color(1) and label == 7
-    [(im, label)] = read_all(dataset.TinyImageNet(str(tmp_path), "val"))
+    val = dataset.TinyImageNet(str(tmp_path), "val")
+    [(im, label)] = read_all(val)
     assert tuple(im[0, 0]) == color(2) and label == 150
+    assert val.full_dir == tmp_path / "val"           # tensorpack's attribute, a Path
 
 
 def test_places365_labels_are_sorted_class_names(tmp_path):
@@ -721,6 +739,8 @@ def test_caltech101_silhouettes(tmp_path):
     assert [int(lab) for _, lab in out] == [0, 1, 2]
     assert out[0][0].shape == (28, 28) and out[0][0].dtype == np.uint8
     np.testing.assert_array_equal(out[1][0], data["val_data"][1].reshape(28, 28))
+    whole = dataset.Caltech101Silhouettes("val", dir=str(tmp_path)).data   # tensorpack's: the file
+    np.testing.assert_array_equal(whole["train_labels"], data["train_labels"])
 
 
 def test_svhn_corrupt_file_is_named(tmp_path):

@@ -29,6 +29,7 @@ class Caltech101Silhouettes(IndexedDataset):
         path = os.path.join(dir, _FILE)
         if not os.path.isfile(path):
             download(dataset_url("caltech101", _URL, _FILE), dir)
+        self._path = path
         try:
             data = sio.loadmat(path)
             self.images = np.asarray(data[name + "_data"]).reshape(-1, 28, 28)
@@ -39,6 +40,13 @@ class Caltech101Silhouettes(IndexedDataset):
         if len(self.images) != len(self.labels):
             raise ValueError(f"{path}: {len(self.images)} {name} images but "
                              f"{len(self.labels)} labels")
+
+    @property
+    def data(self):
+        """tensorpack's ``data``: the whole ``.mat`` file as ``scipy.io.loadmat`` gives it (every
+        split), read again on each access (so that a copy of this dataflow sent to a worker
+        does not carry it)."""
+        return require("scipy.io", "Caltech101Silhouettes").loadmat(self._path)
 
     def __len__(self):
         return len(self.labels)

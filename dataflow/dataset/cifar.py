@@ -72,10 +72,14 @@ class CifarBase(IndexedDataset):
             path = download(dataset_url(f"cifar{cifar_classnum}", _BASE_URL, archive), self.dir,
                             expect_size=size)
             extract_tar(path, self.dir)
+        self.fs = self._files([train_or_test])      # tensorpack's attribute: the batch files
         self.images, self.labels = self._load([train_or_test])
 
     def _files(self, names):
         folder, _, _, train, test, *_ = _LAYOUT[self.cifar_classnum]
+        if isinstance(names, str) or not names or any(n not in ("train", "test") for n in names):
+            raise ValueError(f"Cifar: names must be a non-empty sequence of 'train' and 'test', "
+                             f"got {names!r}")
         files = []
         for name in names:
             for f in {"train": train, "test": test}[name]:

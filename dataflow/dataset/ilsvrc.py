@@ -1,6 +1,7 @@
 """ImageNet (ILSVRC-12) and Tiny ImageNet, in the layouts tensorpack reads. Images are decoded
 with OpenCV, so they are **BGR** uint8 (``pip install 'dataflow-rt[datasets]'``)."""
 import os
+import pathlib
 import struct
 import xml.etree.ElementTree as ET
 
@@ -18,8 +19,8 @@ _META_ARCHIVE, _META_SIZE = "caffe_ilsvrc12.tar.gz", 17858008
 
 def _imread(cv2, path):
     """Image file ``path`` as OpenCV decodes it: uint8 HWC **BGR**. One OpenCV cannot read
-    raises IOError, and a JPEG file cut short (OpenCV decodes it partly blank, with only a
-    warning on stderr) ValueError, as ImageFromFile does; both name the file."""
+    raises OSError, and a JPEG file cut short (OpenCV decodes it partly blank, with only a
+    warning on stderr) ValueError; both name the file."""
     im = cv2.imread(path, cv2.IMREAD_COLOR)
     if im is None:
         raise IOError(f"{path}: cannot read this image (missing or not an image file)")
@@ -192,6 +193,11 @@ class ILSVRC12Files(IndexedDataset):
         self.full_dir = os.path.join(os.path.expanduser(dir), name)
         if not os.path.isdir(self.full_dir):
             raise FileNotFoundError(f"{self.full_dir}: no such directory")
+        if meta_dir is not None and not os.path.isdir(os.path.expanduser(meta_dir)):
+            # as tensorpack: a meta_dir given must exist (ILSVRCMeta would create it and start
+            # a download there, on a typo)
+            raise FileNotFoundError(f"{type(self).__name__}: meta_dir {meta_dir!r}: no such "
+                                    "directory")
         self.name = name
         self.shuffle = (name == "train") if shuffle is None else shuffle
         if name == "train":
@@ -266,6 +272,7 @@ class TinyImageNet(IndexedDataset):
         self.name = name
         self.shuffle = (name == "train") if shuffle is None else shuffle
         dir = os.path.expanduser(dir)
+        self.full_dir = pathlib.Path(dir) / name      # tensorpack's attribute
         wnids = [line.strip() for line in read_lines(os.path.join(dir, "wnids.txt"))
                  if line.strip()]
         if len(wnids) != 200:

@@ -39,8 +39,9 @@ def _read_idx(path, magic):
 
 
 class Mnist(IndexedDataset):
-    """MNIST digits: datapoints ``[image, label]``, ``image`` float32 (28, 28) in [0, 1],
-    ``label`` ``np.uint8``. The split is read into memory in the constructor; missing files of
+    """MNIST digits: datapoints ``[image, label]``, ``image`` float32 (28, 28) in [0, 1] (the
+    files' rows x columns: an IDX file of other sizes is read as it says, where tensorpack
+    reshaped every image to 28 x 28), ``label`` ``np.uint8``. The split is read into memory in the constructor; missing files of
     the split are downloaded first into ``dir`` (default ``get_dataset_path('mnist_data')``)."""
 
     _NAME, _DIR = "mnist", "mnist_data"
@@ -54,7 +55,7 @@ class Mnist(IndexedDataset):
         self.shuffle = shuffle
         self.dir = dir if dir is not None else get_dataset_path(self._DIR)
         paths = [self._maybe_download(name) for name in _FILES[train_or_test]]
-        # (N, 28, 28, 1), as tensorpack's attribute (datapoints are (28, 28) views of it)
+        # (N, rows, cols, 1), as tensorpack's attribute (datapoints are views of it)
         self.images = (_read_idx(paths[0], _IMAGES_MAGIC).astype(np.float32) / 255.0)[..., None]
         self.labels = _read_idx(paths[1], _LABELS_MAGIC)
         if len(self.images) != len(self.labels):
