@@ -1,14 +1,50 @@
 """Small pieces that several modules need, written once (private to the library)."""
+import math
 import numbers
 import os
 
+_CGROUP = "/sys/fs/cgroup"
+
 
 def available_cpus():
-    """The number of CPUs this process may run on."""
+    """The number of CPUs this process may use: the CPUs it may run on (its affinity), and no
+    more than its cgroup's CPU quota, rounded up (a container started with ``--cpus=2``, or a
+    Kubernetes CPU limit of 2, sees every CPU of its host but gets the time of 2: a worker per
+    host CPU would share those 2)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:          # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cpus, math.ceil(quota))) if quota is not None else cpus
+
+
+def cgroup_cpu_quota(root=None):
+    """CPUs' worth of time the cgroup of this process may use (``quota / period``), or
+    ``None`` without a limit or a cgroup file system (not Linux). Read where a container sees
+    its own cgroup: ``cpu.max`` (cgroup v2, "max 100000" when unlimited) or
+    ``cpu/cpu.cfs_quota_us`` and ``cpu/cpu.cfs_period_us`` (v1, quota -1 when unlimited). A
+    file that does not parse counts as no limit. ``root``: the cgroup file system's mount
+    point (default ``/sys/fs/cgroup``)."""
+    root = _CGROUP if root is None else root
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        try:
+            with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+                quota = f.read().strip()
+            with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+                period = f.read().strip()
+        except OSError:
+            return None
+    try:
+        quota, period = int(quota), int(period)
+    except ValueError:              # "max": no limit (or a file we cannot read)
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return quota / period
 
 
 def dataflow_length(df):

@@ -1,6 +1,7 @@
 """Autotuning of the number of workers: the policy on synthetic measurements, the executors'
 add/retire, exactly-once under resizing, and real pipelines that grow or do not."""
 import collections
+import os
 import random
 import sys
 import time
@@ -344,3 +345,37 @@ def test_autotune_settles_on_a_steady_workload():
     late = [d for d in a["decisions"] if d["t"] > 2.0 and d["from"] != d["to"]]
     assert not late, a["decisions"]
     assert a["settled"]
+
+
+# -- the CPU count: affinity, and the cgroup's CPU quota (containers) ---------------------------
+@pytest.mark.parametrize("files, quota", [
+    ({"cpu.max": "200000 100000\n"}, 2.0),                           # cgroup v2, --cpus=2
+    ({"cpu.max": "150000 100000\n"}, 1.5),
+    ({"cpu.max": "max 100000\n"}, None),                             # v2, no limit
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "garbage"}, None),
+    ({}, None),                                                      # no cgroup files
+])
+def test_cgroup_cpu_quota_reads_v1_and_v2(tmp_path, files, quota):
+    from dataflow._helpers import cgroup_cpu_quota
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_quota(str(tmp_path)) == quota
+
+
+def test_worker_counts_follow_a_cpu_quota_below_the_cpus_in_sight(tmp_path, monkeypatch):
+    import dataflow._helpers as helpers
+    from dataflow.parallel import cvthreads
+    (tmp_path / "cpu.max").write_text("50000 100000\n")          # half a CPU: one worker
+    monkeypatch.setattr(helpers, "_CGROUP", str(tmp_path))
+    assert available_cpus() == 1
+    assert AutoTuner().max_workers == 1
+    assert cvthreads.threads_for(1) == 1
+    df = D.MultiThreadMapData(D.DataFromList([[1], [2]], shuffle=False), None, lambda dp: dp)
+    assert df.num_workers == 1
+    (tmp_path / "cpu.max").write_text("6400000 100000\n")        # 64 CPUs: the affinity rules
+    in_sight = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count()
+    assert available_cpus() == in_sight

@@ -23,9 +23,10 @@ started by the fork server or spawned, and forked workers that import cv2 themse
 limited.
 """
 import itertools
-import os
 import sys
 import threading
+
+from .._helpers import available_cpus
 
 __all__ = ["threads_for", "set_process_limit", "hold", "release", "apply_pending",
            "import_cv2"]
@@ -39,17 +40,10 @@ _restore = None          # OpenCV's thread count before the first pool changed i
 _frozen = False          # a forked child that inherited cv2: never change the count
 
 
-def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:          # not Linux
-        return os.cpu_count() or 1
-
-
 def threads_for(num_workers):
     """The OpenCV threads each of ``num_workers`` workers should use: ``cpus // num_workers``,
     at least 1."""
-    return max(1, _cpus() // max(1, int(num_workers)))
+    return max(1, available_cpus() // max(1, int(num_workers)))
 
 
 def _set(n):
