@@ -63,7 +63,18 @@ def test_grayscale_jpeg_to_rgb():
         assert np.abs(out.astype(int) - outs[-1]).max() <= 2
 
 
-def test_jpegs_the_fast_decoders_refuse_go_to_pillow():
+def test_grey_decoding_of_a_colour_jpeg_is_libjpegs_luma_with_every_decoder():
+    # Pillow converted its RGB to grey, up to ~30 levels off the luma simplejpeg and cv2 give
+    rgb = np.random.RandomState(1).randint(0, 256, (64, 80, 3)).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG", quality=90)
+    outs = [Decode("L", decoder=name)(buf.getvalue()) for name in DECODERS]
+    for out in outs:
+        assert out.shape == (64, 80, 1) and out.dtype == np.uint8
+        np.testing.assert_array_equal(out, outs[0])
+
+
+def test_cmyk_jpegs_decode_to_rgb_with_every_decoder():
     cmyk = Image.fromarray(_picture()).convert("CMYK")
     buf = io.BytesIO()
     cmyk.save(buf, format="JPEG", quality=95)

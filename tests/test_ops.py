@@ -216,6 +216,16 @@ def test_resize_known_values_and_sizes():
     assert Resize((6, 8))(x) is x
 
 
+def test_resize_saturates_8_byte_integers_without_wrapping():
+    # float(2**63 - 1) is 2**63: clipped to it, the cast back wrapped to the minimum
+    for dtype in (np.int64, np.uint64):
+        info = np.iinfo(dtype)
+        out = Resize((2, 4))(np.full((2, 2), info.max, dtype))
+        assert out.dtype == dtype and (out > info.max // 2).all()
+        out = Resize((2, 4))(np.full((2, 2), info.min, dtype))
+        assert (out == info.min).all()
+
+
 def test_resize_errors():
     with pytest.raises(TypeError, match="Resize: unsupported dtype bool"):
         Resize(4)(np.zeros((4, 4), bool))
@@ -449,6 +459,14 @@ def test_fused_list_gives_the_same_result():
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     assert got[0].shape == (3, 4, 4)
+
+
+def test_fused_normalize_and_chw_takes_images_of_many_channels():
+    # the fused pair split uint8 images with OpenCV, which takes 128 channels at most
+    x = (np.arange(2 * 3 * 129) % 251).astype(np.uint8).reshape(2, 3, 129)
+    want = HWC2CHW()(Normalize(3, 2)(x))
+    np.testing.assert_array_equal(Compose([Normalize(3, 2), HWC2CHW()])(x), want)
+    assert want.shape == (129, 2, 3)
 
 
 def test_ops_pickle_and_run_in_mapdata():

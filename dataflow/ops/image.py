@@ -70,7 +70,12 @@ def _decode_pillow(data, mode):
                              "gives uint8; decode it with cv2.imdecode(buf, "
                              "cv2.IMREAD_UNCHANGED) or Pillow to keep its values")
         if img.mode != mode:
-            img = img.convert(mode)
+            if mode == "L" and img.format == "JPEG":
+                # libjpeg's own luma, as simplejpeg and cv2 give it: converting the decoded RGB
+                # to grey differs from it by up to ~30 levels
+                img.draft("L", img.size)
+            if img.mode != mode:
+                img = img.convert(mode)
         arr = np.array(img)          # a writeable copy
     if arr.ndim == 2:
         arr = arr[:, :, None]
@@ -145,8 +150,10 @@ class Decode(Op):
     (simplejpeg, else OpenCV's ``cv2.imdecode``, else Pillow: see :func:`jpeg_decoder` and
     ``benchmarks/decoders.py``), or one of ``"simplejpeg"``, ``"cv2"``, ``"pillow"``. All give
     the same layout, dtype and colour order (and, with libjpeg-turbo's default settings, the
-    same pixels). Other formats, and JPEGs the chosen decoder refuses (CMYK, say), go to Pillow
-    (``pip install "dataflow-rt[images]"``), imported at the first call that needs it.
+    same pixels; ``mode="L"`` is libjpeg's own luma with each of them). Other formats, and a
+    JPEG the chosen decoder refuses, go to Pillow (``pip install "dataflow-rt[images]"``),
+    imported at the first call that needs it. (CMYK JPEGs: simplejpeg 1.9 and OpenCV decode
+    them themselves, within 2 levels of Pillow.)
 
     The input is ``bytes``, ``bytearray``, ``memoryview`` or a 1-D ``uint8`` array (what
     ``np.fromfile`` gives). Bytes that are not a readable image raise ``ValueError``.
@@ -197,8 +204,7 @@ class Decode(Op):
                 if fast is _decode_pillow:
                     raise self._err(ValueError, f"cannot decode {len(data)} bytes (starting "
                                                 f"{data[:8]!r}) as an image: {e}") from e
-                # Pillow decodes what libjpeg-turbo's fast paths refuse (CMYK, say), or
-                # raises the error below
+                # Pillow decodes what the fast decoder refuses, or raises the error below
         try:
             return _decode_pillow(data, self.mode)
         except (MemoryError, ImportError):
@@ -281,8 +287,11 @@ class Resize(Op):
         out += left
         if x.dtype.kind in "iu":
             info = np.iinfo(x.dtype)
+            hi = float(info.max)
+            if hi > info.max:        # 8-byte ints: the float rounds up past the range
+                hi = np.nextafter(hi, 0.0)
             np.rint(out, out=out)
-            np.clip(out, info.min, info.max, out=out)
+            np.clip(out, info.min, hi, out=out)
         return out.astype(x.dtype, copy=False)
 
 
@@ -458,7 +467,8 @@ class Normalize(Op):
         """Channel k of the HWC image ``x``, normalized, into ``planes[k]``: numpy broadcasts a
         length-3 last axis slowly (about twice the time of this). Contiguous float32 planes of
         a uint8 image: by table lookups where OpenCV is installed."""
-        cv2 = _optional_cv2() if x.dtype == np.uint8 else None
+        # cv2.split takes at most 128 channels (CV_CN_MAX); images of many channels are rare
+        cv2 = _optional_cv2() if x.dtype == np.uint8 and c <= 4 else None
         if cv2 is not None and all(p.flags.c_contiguous for p in planes):
             src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
             rows = self._lut if len(self._lut) == c else [self._lut[0]] * c
