@@ -1,5 +1,6 @@
 """dataflow.integrations.torch: a dataflow as a torch IterableDataset."""
 import gc
+import os
 import pickle
 import subprocess
 import sys
@@ -238,3 +239,17 @@ def test_length_unknown_is_a_type_error():
     bucketed = df.BucketBatchData(numbers(), [5], [2, 2])
     with pytest.raises(TypeError, match="unknown"):
         len(integration.as_iterable_dataset(bucketed))
+
+
+def test_without_torch_the_import_error_names_the_extra(tmp_path):
+    hidden = tmp_path / "no-torch"
+    hidden.mkdir()
+    (hidden / "torch.py").write_text("raise ImportError('torch is hidden by the test')\n")
+    code = ("import dataflow\n"
+            "try:\n"
+            "    import dataflow.integrations.torch\n"
+            "except ImportError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PYTHONPATH": str(hidden)})
+    assert "needs PyTorch" in out.stdout and "dataflow-rt[torch]" in out.stdout, out.stderr

@@ -30,7 +30,7 @@ try:
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as e:   # pragma: no cover - depends on the environment
     raise ImportError("dataflow.integrations.torch needs PyTorch, which is not installed: "
-                      "pip install torch") from e
+                      "pip install 'dataflow-rt[torch]'  (or: pip install torch)") from e
 
 __all__ = ["as_iterable_dataset", "DataFlowIterableDataset", "to_torch"]
 
