@@ -17,8 +17,8 @@ import weakref
 import numpy as np
 
 from .. import checkpoint as _ckpt
-from .._helpers import (check_int, check_positive_number, dataflow_length, empty_pass_error,
-                       is_int, pass_progress)
+from .._helpers import (add_note, check_int, check_positive_number, dataflow_length,
+                       empty_pass_error, is_int, pass_progress)
 from ..base import DataFlowReentrantGuard, ProxyDataFlow, random_stage
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
@@ -771,9 +771,8 @@ class _ErrorPolicy:
         self.errors += 1
         if self._over_limit():
             exc = err.to_exception()
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"({self.errors} errors in this pass exceed "
-                             f"max_errors={owner.max_errors!r})")
+            add_note(exc, f"({self.errors} errors in this pass exceed "
+                          f"max_errors={owner.max_errors!r})")
             raise exc
         self.last_error = err
         if owner.on_error == "skip":
@@ -793,9 +792,8 @@ class _ErrorPolicy:
         """End of pass: replacements still owed mean no map call ever succeeded."""
         if self.pending:
             exc = self.last_error.to_exception()
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"(on_error='replace' found no successful datapoint to replace "
-                             f"{self.pending} failed ones with)")
+            add_note(exc, f"(on_error='replace' found no successful datapoint to replace "
+                          f"{self.pending} failed ones with)")
             raise exc
 
 

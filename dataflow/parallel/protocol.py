@@ -99,10 +99,9 @@ class WorkerError:
         exc = self.exc
         exc.__traceback__ = None       # the worker's frames are in the cause, not repeated
         exc.__cause__ = WorkerTraceback(self.tb)
-        if hasattr(exc, "add_note"):
-            note = f"(raised in {self.where})"
-            if note not in getattr(exc, "__notes__", ()):
-                exc.add_note(note)
+        note = f"(raised in {self.where})"
+        if note not in getattr(exc, "__notes__", ()):
+            add_note(exc, note)        # on 3.10 too (kept in __notes__)
         return exc
 
 
