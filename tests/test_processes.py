@@ -1444,3 +1444,43 @@ def test_detach_copies_only_what_something_else_holds():
     np.testing.assert_array_equal(out[0], REUSED)
     r, out = result(lambda: REUSED)
     assert out is not REUSED
+
+
+_COLLECTED_WHILE_ANOTHER_STARTS = """
+import gc
+from multiprocessing import popen_fork
+import dataflow as D
+
+def f(dp):
+    return dp
+
+def make():
+    ds = D.MultiProcessMapData(D.DataFromList([[j] for j in range(8)], shuffle=False), 2, f,
+                               strict=True)
+    ds.reset_state()
+    next(iter(ds))
+    return ds
+
+gc.disable()
+old = make()
+old.me = old          # a reference cycle: only the garbage collector frees it
+del old
+# the collector runs inside the next Process.start(), in multiprocessing's _cleanup() loop
+poll = popen_fork.Popen.poll
+popen_fork.Popen.poll = lambda self, *a: (gc.collect(), poll(self, *a))[1]
+new = make()
+popen_fork.Popen.poll = poll
+print(sorted(x for (x,) in new))
+new.close()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_map_collected_while_another_starts_its_workers_does_not_break_the_start():
+    # CPython 3.10's multiprocessing._cleanup() polled p._popen of a child that the collected
+    # map's close() had just closed (Process.close() sets it to None): AttributeError
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", _COLLECTED_WHILE_ANOTHER_STARTS],
+                         capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(list(range(8)))

@@ -487,7 +487,7 @@ class ProcessExecutor(Executor):
         del self._by_sentinel[w.process.sentinel]
         del self._by_key[w.key]
         self._close_handles(w)
-        w.process.close()
+        _close_process(w.process)
 
     @staticmethod
     def _close_handles(w):
@@ -516,7 +516,7 @@ class ProcessExecutor(Executor):
             if p.exitcode is None:
                 p.kill()
                 p.join()
-            p.close()
+            _close_process(p)
         with self._busy:
             for w in self._workers:
                 if w is not None:
@@ -524,6 +524,22 @@ class ProcessExecutor(Executor):
             self._gate.close()
             self._context.term()
             self._endpoints.remove()
+
+
+def _close_process(p):
+    """``p.close()`` for a worker process that has been joined: its handles are released.
+
+    On CPython 3.10 the handles are released but ``p._popen`` is left set: ``Process.close()``
+    sets it to ``None``, and 3.10's ``multiprocessing.process._cleanup()`` (run by every
+    ``Process.start()``) polls ``p._popen`` of every child it listed without checking it. An
+    executor collected by the garbage collector while another one starts its workers closes its
+    processes in the middle of that loop, and the start failed with ``AttributeError: 'NoneType'
+    object has no attribute 'poll'``. The next ``_cleanup()`` drops the joined process from
+    ``multiprocessing``'s list (its ``poll()`` returns the stored exit code)."""
+    if sys.version_info >= (3, 11):
+        p.close()
+    elif p._popen is not None:
+        p._popen.close()
 
 
 def _unloadable(err, outstanding):
