@@ -184,7 +184,8 @@ def test_catch_exceptions_logs_the_first_nine_failures_then_every_hundredth(capl
                                [imgaug.MapImage(fail)], catch_exceptions=True)
     with caplog.at_level(logging.ERROR, logger="dataflow"):
         assert collect(df) == []
-    assert len([r for r in caplog.records if "always" in (r.exc_text or "")]) == 11   # 1-9, 100, 200
+    logged = [r for r in caplog.records if "always" in (r.exc_text or "")]
+    assert len(logged) == 11                    # failures 1-9, 100 and 200
 
 
 def test_a_last_augmentor_may_turn_the_image_into_another_type():

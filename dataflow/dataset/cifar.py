@@ -73,7 +73,7 @@ class CifarBase(IndexedDataset):
                             expect_size=size)
             extract_tar(path, self.dir)
         self.fs = self._files([train_or_test])      # tensorpack's attribute: the batch files
-        self.images, self.labels = self._load([train_or_test])
+        self.images, self.labels = self._load(self.fs)
 
     def _files(self, names):
         folder, _, _, train, test, *_ = _LAYOUT[self.cifar_classnum]
@@ -89,9 +89,9 @@ class CifarBase(IndexedDataset):
                 files.append(path)
         return files
 
-    def _load(self, names):
+    def _load(self, files):
         label_key = _LAYOUT[self.cifar_classnum][5]
-        parts = [_read_batch(p, label_key) for p in self._files(names)]
+        parts = [_read_batch(p, label_key) for p in files]
         images = np.ascontiguousarray(np.concatenate([p[0] for p in parts]))
         labels = [label for p in parts for label in p[1]]
         return images, labels
@@ -112,7 +112,7 @@ class CifarBase(IndexedDataset):
 
     def get_per_pixel_mean(self, names=("train", "test")):
         """The mean image (float32 (32, 32, 3), RGB) over the given splits."""
-        images, _ = self._load(list(names))
+        images, _ = self._load(self._files(names))
         return images.mean(axis=0, dtype=np.float64).astype(np.float32)
 
     def get_per_channel_mean(self, names=("train", "test")):

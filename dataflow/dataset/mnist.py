@@ -41,8 +41,9 @@ def _read_idx(path, magic):
 class Mnist(IndexedDataset):
     """MNIST digits: datapoints ``[image, label]``, ``image`` float32 (28, 28) in [0, 1] (the
     files' rows x columns: an IDX file of other sizes is read as it says, where tensorpack
-    reshaped every image to 28 x 28), ``label`` ``np.uint8``. The split is read into memory in the constructor; missing files of
-    the split are downloaded first into ``dir`` (default ``get_dataset_path('mnist_data')``)."""
+    reshaped every image to 28 x 28), ``label`` ``np.uint8``. The split is read into memory in
+    the constructor; missing files of the split are downloaded first into ``dir`` (default
+    ``get_dataset_path('mnist_data')``)."""
 
     _NAME, _DIR = "mnist", "mnist_data"
     _BASE_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"   # tensorpack's host is gone

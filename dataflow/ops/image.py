@@ -467,7 +467,7 @@ class Normalize(Op):
         """Channel k of the HWC image ``x``, normalized, into ``planes[k]``: numpy broadcasts a
         length-3 last axis slowly (about twice the time of this). Contiguous float32 planes of
         a uint8 image: by table lookups where OpenCV is installed."""
-        # cv2.split takes at most 128 channels (CV_CN_MAX); images of many channels are rare
+        # OpenCV's path for up to 4 channels, as apply()'s (cv2.split takes 128 at most)
         cv2 = _optional_cv2() if x.dtype == np.uint8 and c <= 4 else None
         if cv2 is not None and all(p.flags.c_contiguous for p in planes):
             src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
