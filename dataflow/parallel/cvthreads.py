@@ -15,21 +15,28 @@ otherwise when it is first imported through :func:`import_cv2` (how dataflow's o
 it), or at the start of the next chunk of map work that finds ``cv2`` imported (a map function
 that imports it itself).
 
-One exception: a worker *forked* from a consumer that had already imported cv2 leaves OpenCV's
-count as it inherited it. Changing it there can deadlock (the child inherits the pool's locks
-but not its threads; measured with OpenCV 5.0: ``cv2.setNumThreads`` in such a child, or in the
-consumer just before the fork, hangs the child), so such workers may oversubscribe. Workers
-started by the fork server or spawned, and forked workers that import cv2 themselves, are
-limited.
+Forking. A pool thread of OpenCV that holds one of the pool's locks when the consumer forks
+leaves that lock held for ever in the child, whose next parallel OpenCV call then hangs (35 of
+3,000 forks right after the consumer used the pool, measured with OpenCV 5.1's 16 threads on 2
+busy cores). So a
+worker is forked with OpenCV's pool stopped: :func:`stopped_for_fork` sets the consumer's count
+to 1 around the fork (OpenCV then joins its threads), and puts it back after, which starts the
+threads again on the next parallel call. The child inherits no pool thread and sets its own
+limit. That holds for OpenCV's own pthreads pool (the opencv-python wheels). Where OpenCV runs
+another framework (TBB, OpenMP) this cannot stop its threads: a worker forked with such a cv2
+imported leaves OpenCV's count as inherited (changing it could deadlock), and
+:func:`fork_safe` tells the default start method to use the fork server.
 """
+import contextlib
 import itertools
+import os
 import sys
 import threading
 
 from .._helpers import available_cpus
 
 __all__ = ["threads_for", "set_process_limit", "hold", "release", "apply_pending",
-           "import_cv2"]
+           "import_cv2", "stopped_for_fork", "fork_safe"]
 
 _lock = threading.Lock()
 _pending = None          # a limit to apply once cv2 is imported, or None
@@ -38,6 +45,7 @@ _held = {}               # token -> limit, one per running thread pool
 _tokens = itertools.count()
 _restore = None          # OpenCV's thread count before the first pool changed it
 _frozen = False          # a forked child that inherited cv2: never change the count
+_own_pool = None         # whether OpenCV runs parallel code on its own pthreads pool (cached)
 
 
 def threads_for(num_workers):
@@ -76,8 +84,9 @@ def _current():
 
 def set_process_limit(n, inherited=False):
     """In a worker process (or actor): limit OpenCV to ``n`` threads for the process's life.
-    ``inherited``: the process was forked with cv2 already imported, so OpenCV's count is left
-    as inherited, for good (see the module doc)."""
+    ``inherited``: the process was forked with a cv2 whose threads could not be stopped
+    (:func:`stopped_for_fork` yielded False), so OpenCV's count is left as inherited, for good
+    (see the module doc)."""
     global _process_limit, _frozen
     with _lock:
         _process_limit = max(1, int(n))
@@ -112,6 +121,53 @@ def release(token):
         if _restore is not None and cv2 is not None:
             cv2.setNumThreads(_restore)
         _restore = None
+
+
+def _runs_own_pool(cv2):
+    """Whether OpenCV runs its parallel code on its own pthreads pool, whose threads
+    ``setNumThreads(1)`` stops and joins (the opencv-python wheels), rather than on TBB, OpenMP
+    or a parallel backend plugin chosen with ``OPENCV_PARALLEL_BACKEND``."""
+    global _own_pool
+    if _own_pool is None:
+        info = cv2.getBuildInformation() if hasattr(cv2, "getBuildInformation") else ""
+        framework = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                          if line.strip().startswith("Parallel framework:")), "")
+        _own_pool = framework in ("pthreads", "none")
+    return _own_pool and not os.environ.get("OPENCV_PARALLEL_BACKEND")
+
+
+def fork_safe():
+    """Whether forking this process leaves OpenCV usable in the child: cv2 is not imported, or
+    its pool is one :func:`stopped_for_fork` can stop."""
+    cv2 = sys.modules.get("cv2")
+    return cv2 is None or not hasattr(cv2, "setNumThreads") or _runs_own_pool(cv2)
+
+
+@contextlib.contextmanager
+def stopped_for_fork(forking=True):
+    """Around the start of a worker process: when ``forking``, OpenCV's pool threads are
+    stopped, so that the child inherits none of their locks (see the module doc), and the
+    consumer's count is put back afterwards. Yields whether the child may set its own OpenCV
+    thread count: always for a child that is not forked, or forked without cv2, or with its
+    pool stopped; not where OpenCV's threads are not its own (:func:`fork_safe`)."""
+    cv2 = sys.modules.get("cv2")
+    if not forking or cv2 is None or not hasattr(cv2, "setNumThreads"):
+        yield True
+        return
+    if not _runs_own_pool(cv2):
+        yield False
+        return
+    # not holding _lock across the fork: the child would inherit it held
+    with _lock:
+        count = cv2.getNumThreads()
+        if count != 1:
+            cv2.setNumThreads(1)        # OpenCV stops and joins its pool's threads
+    try:
+        yield True
+    finally:
+        with _lock:
+            if count != 1 and cv2.getNumThreads() == 1:
+                cv2.setNumThreads(count)    # threads start again on the next parallel call
 
 
 def apply_pending():

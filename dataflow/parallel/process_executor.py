@@ -188,20 +188,22 @@ class ProcessExecutor(Executor):
                 raise explained from e
             raise
         endpoint = self._endpoints(key)
-        p = self._mp.Process(
-            target=_worker_main, name=f"{self._name}-{wid}",
-            args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped,
-                  rng.get_seed(), os.getpid(), self._pdeathsig_safe(),
-                  self.start_method != "forkserver",
-                  config.worker_nice(), self._cv_threads,
-                  self.start_method == "fork" and "cv2" in sys.modules))
+        forking = self.start_method == "fork"
         try:
-            with _without_main_module(self.start_method), _sigint_held(self.start_method), \
+            # forked: OpenCV's pool threads stopped first, or the child may inherit their locks
+            with cvthreads.stopped_for_fork(forking) as cv_settable, \
+                    _without_main_module(self.start_method), _sigint_held(self.start_method), \
                     warnings.catch_warnings():
+                p = self._mp.Process(
+                    target=_worker_main, name=f"{self._name}-{wid}",
+                    args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped,
+                          rng.get_seed(), os.getpid(), self._pdeathsig_safe(),
+                          self.start_method != "forkserver",
+                          config.worker_nice(), self._cv_threads, not cv_settable))
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
                 # other Python thread (but pyzmq's garbage collector, see
                 # default_start_method), and C-level threads (BLAS pools, ZeroMQ's I/O
-                # thread) are fork-aware.
+                # thread) are fork-aware (OpenCV's pool is stopped, above).
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*fork.*")
                 transport.bind_private(sock, endpoint)    # before the worker connects
@@ -231,8 +233,8 @@ class ProcessExecutor(Executor):
         why = f"start_method={self.start_method!r} starts workers as new processes, so what they "\
               f"run is pickled (with fork it is inherited)"
         if not self._method_given and mp.get_all_start_methods()[0] == "fork":   # (Linux)
-            why += "; it was chosen because other threads run in this process, which makes fork " \
-                   "unsafe"
+            why += "; it was chosen because other threads run in this process (Python threads, " \
+                   "or OpenCV's on TBB or OpenMP), which makes fork unsafe"
         return (f"({why}. Make the function and the dataflow picklable: no locks, sockets, open "
                 f"files or generator objects in what they refer to, e.g. create them inside the "
                 f"function; or pass start_method='fork' if forking this process is safe.)")

@@ -14,6 +14,8 @@ import sys
 import threading
 import weakref
 
+from . import cvthreads
+
 __all__ = ["default_start_method"]
 
 
@@ -35,6 +37,9 @@ def default_start_method():
     It waits on a socket without holding a lock, and a forked child starts its own, so it
     changes nothing a child inherits; counting it made every pipeline after the first one
     with large source arrays start through the fork server.
+
+    OpenCV's thread pool is stopped around each fork (``cvthreads.stopped_for_fork``); an
+    OpenCV that runs on TBB or OpenMP, whose threads cannot be stopped, counts as a thread.
     """
     methods = mp.get_all_start_methods()
     platform_default = methods[0]       # multiprocessing lists its default first
@@ -43,7 +48,7 @@ def default_start_method():
         return chosen
     if platform_default != "fork":
         return platform_default
-    if threading.active_count() == 1 or _only_fork_safe_threads():
+    if (threading.active_count() == 1 or _only_fork_safe_threads()) and cvthreads.fork_safe():
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
 
