@@ -17,8 +17,9 @@ def batch_numpy(data_list, key=None):
     """Batch one component. Python ``int`` -> int32 (int64 if a value does not fit),
     ``bool`` -> bool (int32, as ``int``, when other values are mixed in), ``float`` -> float32,
     ``str``/``bytes`` -> numpy str array, numpy arrays and scalars -> their dtype (of the first
-    one; for numpy strings, the width of the longest) with a new leading axis; anything else is
-    returned as the list itself."""
+    one; for numpy strings, the width of the longest; for a numpy bool first, bool only if every
+    value is one, else numpy's common type of the numbers, and ``ValueError`` for anything else)
+    with a new leading axis; anything else is returned as the list itself."""
     data = data_list[0]
     if type(data) is bool:
         # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
@@ -35,6 +36,10 @@ def batch_numpy(data_list, key=None):
         dtype = data.dtype
         if dtype.kind in "US":      # fixed-width strings: the first one's width would cut longer
             dtype = dtype.kind      # ones (tensorpack's do); numpy picks the width of the longest
+        elif dtype.kind == "b" and not all(_is_bool(x) for x in data_list):
+            # numpy casts anything to bool (13, 1.5 and 'zx' became True): numbers mixed in
+            # take numpy's common type, anything else is refused
+            dtype = _common_number_dtype(data_list, key)
     else:
         return list(data_list)
     try:
@@ -58,6 +63,41 @@ def batch_numpy(data_list, key=None):
             f"BatchData: cannot batch component {key!r}: its values are not of one "
             f"consistent shape (first mismatch at datapoint {first_bad}). Shapes seen: {seen}; "
             f"all shapes in the batch: {shapes}. ({type(e).__name__}: {e})") from e
+
+
+def _dtype_of(x):
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
+    try:
+        return np.asarray(x).dtype
+    except (ValueError, TypeError):     # a ragged list
+        return np.dtype(object)
+
+
+def _is_bool(x):
+    return type(x) is bool or _dtype_of(x).kind == "b"
+
+
+def _common_number_dtype(data_list, key):
+    """The dtype numpy promotes a component of booleans and numbers to; ``ValueError`` naming
+    the first datapoint that is no number (nor an array or list of numbers)."""
+    for i, x in enumerate(data_list):
+        dtype = _dtype_of(x)
+        if dtype.kind not in "biufc":
+            raise ValueError(
+                f"BatchData: cannot batch component {key!r}: its first value is boolean and "
+                f"datapoint {i} has {_describe(x, dtype)}, which is neither boolean nor a "
+                f"number. Types in the batch: "
+                f"{[type(v).__name__ for v in data_list]}.")
+    # Python scalars as themselves: numpy promotes them as weak (2.5 keeps float32 arrays)
+    return np.result_type(*[x if type(x) in (bool, int, float, complex) else _dtype_of(x)
+                            for x in data_list])
+
+
+def _describe(x, dtype):
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        return f"a {type(x).__name__} of dtype {dtype}"
+    return f"a {type(x).__name__}"
 
 
 def _converts(value, dtype):

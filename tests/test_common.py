@@ -324,6 +324,26 @@ def test_batchdata_bools_mixed_with_other_values_are_not_cast_to_bool():
         BatchData.aggregate_batch([[True], ["xyz"]])
 
 
+def test_batchdata_numpy_bools_mixed_with_other_values_are_not_cast_to_bool():
+    # a first numpy bool took numpy's cast of everything to bool: 13, 1.5 and 'zx' became True;
+    # numbers now take numpy's common type, anything else is refused, naming the datapoint
+    t, f = np.array([True]), np.array([False])
+    assert BatchData.aggregate_batch([[t], [f], [[True]]])[0].dtype == np.bool_
+    b = BatchData.aggregate_batch([[t], [np.array([13])]])[0]
+    assert b.dtype == np.int64 and b.tolist() == [[1], [13]]
+    b = BatchData.aggregate_batch([[t], [np.array([1.5], np.float32)]])[0]
+    assert b.dtype == np.float32 and b.tolist() == [[1.0], [1.5]]
+    b = BatchData.aggregate_batch([[np.bool_(True)], [2.5]])[0]
+    assert b.dtype == np.float64 and b.tolist() == [1.0, 2.5]
+    with pytest.raises(ValueError, match=r"datapoint 2 has a ndarray of dtype <U2, which is "
+                                         r"neither boolean nor a number"):
+        BatchData.aggregate_batch([[t], [f], [np.array(["zx"])]])
+    with pytest.raises(ValueError, match="datapoint 1 has a NoneType, which"):
+        BatchData.aggregate_batch([[np.bool_(True)], [None]])
+    with pytest.raises(ValueError, match="not of one consistent shape"):
+        BatchData.aggregate_batch([[t], [np.array([1, 2])]])
+
+
 def test_batchdata_big_python_int_falls_back_to_int64():
     b = BatchData.aggregate_batch([[2 ** 40], [1]])
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
