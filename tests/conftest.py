@@ -9,6 +9,14 @@ import threading
 
 import pytest
 
+from dataflow import config
+
+# A process worker that holds a datapoint this long is logged with its Python stack
+# (faulthandler), which the report of a test that then runs into its time limit shows: a hang
+# in CI says where the worker was. (The default, 300 s, is beyond every test's limit.)
+TEST_HANG_TIMEOUT = 20.0
+config.set_hang_timeout(TEST_HANG_TIMEOUT)
+
 
 def pytest_collection_modifyitems(items):
     """The tests marked ``torch`` or ``ray`` run last, in their own order. Once torch (280 MB

@@ -1,5 +1,7 @@
 import functools
 import pickle
+import subprocess
+import sys
 
 import cloudpickle
 import numpy as np
@@ -16,9 +18,10 @@ from dataflow.parallel.policy import choose_executor, describe_choice
 def _clean_config(monkeypatch):
     config.set_debug_mode(False)
     monkeypatch.setattr(policy, "gil_disabled", lambda: False)
+    hang = config.hang_timeout()            # the suite's (conftest)
     yield
     config.set_debug_mode(False)
-    config.set_hang_timeout(config.DEFAULT_HANG_TIMEOUT)
+    config.set_hang_timeout(hang)
     config.set_worker_nice(config.DEFAULT_WORKER_NICE)
 
 
@@ -219,7 +222,10 @@ def test_native_on_a_builtin_op_overrides_its_classification():
 # -- config ---------------------------------------------------------------------------------------
 
 def test_config_storage():
-    assert config.hang_timeout() == 300.0
+    fresh = subprocess.run([sys.executable, "-c", "from dataflow import config; "
+                            "print(config.hang_timeout(), config.DEFAULT_HANG_TIMEOUT)"],
+                           capture_output=True, text=True, timeout=60)
+    assert fresh.stdout.split() == ["300.0", "300.0"], fresh.stderr
     config.set_hang_timeout(12)
     assert config.hang_timeout() == 12.0 and isinstance(config.hang_timeout(), float)
     config.set_hang_timeout(float("inf"))

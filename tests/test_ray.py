@@ -546,14 +546,16 @@ def test_executor_contract_directly(ray_session):
 
 @pytest.mark.timeout(60)
 def test_small_buffer_for_many_actors_is_reported(ray_session, caplog):
+    # 1 ms a datapoint wants chunks of 20 (CHUNK_SECONDS); buffer_size=4 for 2 actors fits 1.
+    # (The warning needs a chunk 4 times what fits: up to 5 ms a datapoint on a busy machine.)
     def slow(dp):
-        time.sleep(0.004)
+        time.sleep(0.001)
         return dp
 
     with caplog.at_level(logging.WARNING, logger="dataflow"):
-        with RayMapData(points(40), 2, slow, strict=True, buffer_size=4) as df:
+        with RayMapData(points(80), 2, slow, strict=True, buffer_size=4) as df:
             df.reset_state()
-            assert len(list(df)) == 40
+            assert len(list(df)) == 80
     assert any("use buffer_size >=" in r.getMessage() for r in caplog.records)
 
 
