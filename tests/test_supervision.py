@@ -664,6 +664,21 @@ def test_consumer_sigkill_with_fork_server_leaves_no_file(script):
     s.assert_no_files()
 
 
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_process_group_signalled_with_fork_server_leaves_no_file(script, signum):
+    # `timeout`, `kill -- -PGID` or a closed terminal end the fork server with its consumer:
+    # no exit hook runs, so the server removes its socket file in its handler of the signal
+    s, pids, server, tree = start_iterating(script, f"group-{signum.name}", "forkserver",
+                                            new_session=True)
+    t0 = time.monotonic()
+    os.killpg(s.pid, signum)
+    assert_all_gone(tree, CLEANUP_LIMIT, f"group_{signum.name}_forkserver_cleanup", since=t0)
+    rc, _ = s.wait(10)
+    assert rc == -signum, (rc, s.stderr())
+    s.assert_no_files()
+
+
 STARTING = '''
 df = D.MultiProcessMapData(D.DataFromList([[i] for i in range(100)], shuffle=False), 2,
                            lambda dp: dp, start_method=sys.argv[1])

@@ -7,6 +7,7 @@ arrays in the worker's shared-memory pool, :mod:`.shm`).
 import atexit
 import collections
 import faulthandler
+import functools
 import logging
 import multiprocessing.forkserver as mp_forkserver
 import os
@@ -87,6 +88,10 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
+    for sig in _ENDING_SIGNALS:                      # the fork server's handlers, if any
+        handler = signal.getsignal(sig)
+        if isinstance(handler, functools.partial) and handler.func is _die_of:
+            signal.signal(sig, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):         # held back while we started (start.py)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     watched = pdeathsig and die_with_parent()
@@ -159,7 +164,10 @@ def _remove_fork_server_address_at_exit():
     socket file, ``/tmp/pymp-*/listener-*``, when the server exits.
 
     Only the consumer's exit hook removes that file, so a consumer killed by SIGKILL would leave
-    it behind; the server exits right after its consumer, whatever killed it.
+    it behind; the server exits right after its consumer, whatever killed it. A signal that
+    ends the server itself skips exit hooks: SIGTERM or SIGHUP sent to the whole process group
+    (``timeout``, ``kill -- -PGID``, a closed terminal) reach the server with its consumer, so
+    for those the server removes the file first, then dies of the signal.
     """
     argv = getattr(sys, "orig_argv", [])
     code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
@@ -173,6 +181,25 @@ def _remove_fork_server_address_at_exit():
         return
     if isinstance(path, str) and os.path.basename(os.path.dirname(path)).startswith("pymp-"):
         atexit.register(_remove_socket_file, path)
+        server = os.getpid()
+        for sig in _ENDING_SIGNALS:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, functools.partial(_die_of, path=path, server=server))
+
+
+# Signals whose default action ends the fork server without its exit hooks.
+_ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                        if hasattr(signal, name))
+
+
+def _die_of(signum, _frame, path, server):
+    """The fork server's handler of :data:`_ENDING_SIGNALS`: remove its socket file, then die
+    of the signal as without the handler. A worker forked by the server, before it resets the
+    handler (:func:`_worker_main`), just dies."""
+    if os.getpid() == server:
+        _remove_socket_file(path)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _remove_socket_file(path):
