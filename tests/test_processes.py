@@ -1484,3 +1484,44 @@ def test_a_map_collected_while_another_starts_its_workers_does_not_break_the_sta
                          capture_output=True, text=True, timeout=50)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(list(range(8)))
+
+
+_FORK_SERVER_FILE_REMOVED = """
+import glob, os, shutil, sys
+import dataflow as D
+from multiprocessing import forkserver
+
+def run(n):
+    df = D.MultiProcessMapData(D.DataFromList([[i] for i in range(n)], shuffle=False), 2,
+                               lambda dp: [dp[0] * 2], strict=True, start_method="forkserver")
+    df.reset_state()
+    return df, sorted(x for (x,) in df)
+
+kept, first = run(6)                    # its workers came from the first server
+old = forkserver._forkserver._forkserver_pid
+address = forkserver._forkserver._forkserver_address
+if sys.argv[1] == "file":
+    os.unlink(address)                  # a /tmp cleaner
+else:
+    shutil.rmtree(os.path.dirname(address))
+df, second = run(8)
+new = forkserver._forkserver._forkserver_pid
+print(first, second, sorted(x for (x,) in kept), new != old, os.path.exists(address))
+df.close()
+kept.close()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("removed", ["file", "directory"])
+def test_a_lost_fork_server_socket_file_is_replaced(tmp_path, removed):
+    # the fork server's socket lives in $TMPDIR/pymp-* for the life of the process; once removed,
+    # every later start through the server failed with FileNotFoundError
+    import subprocess
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _FORK_SERVER_FILE_REMOVED, removed],
+                         capture_output=True, text=True, timeout=50, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("] ") == ["[0, 2, 4, 6, 8, 10", "[0, 2, 4, 6, 8, 10, 12, 14",
+                                      "[0, 2, 4, 6, 8, 10", "True False\n"], out.stdout
+    assert list(tmp_path.iterdir()) == []       # both servers' files removed at exit

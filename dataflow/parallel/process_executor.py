@@ -27,7 +27,7 @@ from .protocol import CLOSED_WHILE_ITERATING, ERR, PROCESS, Executor, WorkerErro
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _sigint_held, _without_main_module,
-                    default_start_method)
+                    default_start_method, replace_lost_fork_server)
 from .supervisor import WorkerCrashedError, describe_exit, next_wait
 from .worker import _worker_main
 
@@ -207,6 +207,8 @@ class ProcessExecutor(Executor):
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*fork.*")
                 transport.bind_private(sock, endpoint)    # before the worker connects
+                if self.start_method == "forkserver":
+                    replace_lost_fork_server()
                 p.start()
         except BaseException as e:
             for s in (mine, stack_mine):

@@ -6,10 +6,12 @@ Used by the consumer's :class:`~.process_executor.ProcessExecutor`, and by the w
 import atexit
 import contextlib
 import multiprocessing as mp
+import multiprocessing.forkserver as mp_forkserver
 import multiprocessing.spawn as mp_spawn
 import os
 import pickle
 import signal
+import stat
 import sys
 import threading
 import weakref
@@ -210,3 +212,39 @@ def _get_context(method):
             # effect if the server is not running yet.
             ctx.set_forkserver_preload(["dataflow.parallel.worker"])
     return ctx
+
+
+_lost_fork_servers = []   # liveness pipes of fork servers that lost their socket file
+
+
+def replace_lost_fork_server():
+    """Before a start through multiprocessing's fork server: if the server runs but its socket
+    file is gone, have the start make a new server.
+
+    The file (``$TMPDIR/pymp-*/listener-*``) lives as long as the process, and a /tmp cleaner
+    (systemd-tmpfiles removes what is older than 10 days) or a person may remove it; then every
+    later start through the server failed with ``FileNotFoundError``, for the rest of the
+    process's life. The old server runs on for the workers it forked (they end with it) until
+    this process ends. The new socket goes into multiprocessing's temporary directory if it is
+    still this user's private one, else into a new one.
+    """
+    server = getattr(mp_forkserver, "_forkserver", None)
+    lock = getattr(server, "_lock", None)
+    if lock is None:
+        return
+    with lock:
+        address = getattr(server, "_forkserver_address", None)
+        if not isinstance(address, str) or address.startswith("\0") or \
+                os.path.exists(address):
+            return
+        _lost_fork_servers.append(server._forkserver_alive_fd)    # the old server lives on
+        server._forkserver_alive_fd = server._forkserver_pid = None
+        server._forkserver_address = None
+        try:
+            st = os.lstat(os.path.dirname(address))
+            private = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and \
+                not st.st_mode & 0o077
+        except OSError:
+            private = False
+        if not private:                     # removed too (or replaced): a new private one
+            mp.current_process()._config["tempdir"] = None
