@@ -19,7 +19,10 @@ def batch_numpy(data_list, key=None):
     ``str``/``bytes`` -> numpy str array, numpy arrays and scalars -> their dtype (of the first
     one; for numpy strings, the width of the longest; for a numpy bool first, bool only if every
     value is one, else numpy's common type of the numbers, and ``ValueError`` for anything else)
-    with a new leading axis; anything else is returned as the list itself."""
+    with a new leading axis; anything else is returned as the list itself. A value that the
+    batch's dtype would change rather than store (2.5 in an int32 batch, 300 in a uint8 one, a
+    finite 1e40 in a float32 one) raises ``ValueError`` naming the datapoint; tensorpack stored
+    2, 44 and inf."""
     data = data_list[0]
     if type(data) is bool:
         # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
@@ -42,12 +45,15 @@ def batch_numpy(data_list, key=None):
             dtype = _common_number_dtype(data_list, key)
     else:
         return list(data_list)
+    alike = _all_alike(data_list)
     try:
-        return np.asarray(data_list, dtype=dtype)
-    except OverflowError:
-        if dtype == "int32":
-            return np.asarray(data_list, dtype="int64")
-        raise
+        if alike:
+            out = _asarray(data_list, dtype)
+        else:
+            # values of other types are checked below: numpy's warnings of their cast are not
+            # news
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = _asarray(data_list, dtype)
     except (ValueError, TypeError) as e:
         shapes = [_shape_of(x) for x in data_list]
         seen = list(dict.fromkeys(shapes))
@@ -63,6 +69,67 @@ def batch_numpy(data_list, key=None):
             f"BatchData: cannot batch component {key!r}: its values are not of one "
             f"consistent shape (first mismatch at datapoint {first_bad}). Shapes seen: {seen}; "
             f"all shapes in the batch: {shapes}. ({type(e).__name__}: {e})") from e
+    if not alike and out.dtype.kind in "iuf":
+        _check_unchanged(out, data_list, key)
+    return out
+
+
+def _asarray(data_list, dtype):
+    try:
+        return np.asarray(data_list, dtype=dtype)
+    except OverflowError:           # a Python int beyond int32
+        if dtype != "int32":
+            raise
+        return np.asarray(data_list, dtype="int64")
+
+
+def _all_alike(data_list):
+    """Whether every value has the first one's type (and, for arrays, dtype; a numpy scalar's
+    type is its dtype)."""
+    cls = data_list[0].__class__
+    for x in data_list:
+        if x.__class__ is not cls:
+            return False
+    if cls is np.ndarray:
+        d = data_list[0].dtype
+        for x in data_list:
+            if x.dtype is not d and x.dtype != d:
+                return False
+    return True
+
+
+def _check_unchanged(out, data_list, key):
+    """``ValueError`` for a value that the batch's dtype (the first value's, tensorpack's rule)
+    changed rather than stored: a fractional or out-of-range number in an integer batch (1 then
+    2.5 made [1, 2]; 300 in a uint8 batch became 44), a finite number that overflowed a float
+    batch to inf. (A float64 rounded to float32 is stored, as numpy does.)"""
+    for i, x in enumerate(data_list):
+        value = np.asarray(x)
+        if value.dtype.kind not in "biuf":
+            continue
+        stored = out[i]
+        if out.dtype.kind in "iu":
+            changed = stored.astype(value.dtype) != value
+        else:
+            changed = np.isinf(stored) & np.isfinite(value)
+        if np.any(changed):
+            j = int(np.flatnonzero(changed)[0])
+            raise ValueError(
+                f"BatchData: cannot batch component {key!r} as {out.dtype}, the dtype its first "
+                f"value gives it (tensorpack's rule): datapoint {i} has "
+                f"{value.flat[j].item()!r}, which {out.dtype} would store as "
+                f"{stored.flat[j].item()!r}. "
+                f"{_one_type_hint(data_list[0], x, i)}, or convert them in the map function.")
+
+
+def _one_type_hint(first, x, i):
+    if isinstance(first, (np.ndarray, np.generic)) or isinstance(x, (np.ndarray, np.generic)):
+        def what(v):
+            return v.dtype if isinstance(v, (np.ndarray, np.generic)) else \
+                f"a Python {type(v).__name__}"
+        return (f"Give the component's values one dtype (the first is {what(first)}, "
+                f"datapoint {i}'s {what(x)})")
+    return f"Give the component's values one type (make the first one a {type(x).__name__} too)"
 
 
 def _dtype_of(x):

@@ -344,6 +344,27 @@ def test_batchdata_numpy_bools_mixed_with_other_values_are_not_cast_to_bool():
         BatchData.aggregate_batch([[t], [np.array([1, 2])]])
 
 
+def test_batchdata_refuses_values_its_dtype_would_change():
+    # the first value sets the dtype (tensorpack's rule), which stored 2.5 as 2, 300 in uint8
+    # as 44 and 1e40 in float32 as inf, silently
+    with pytest.raises(ValueError, match=r"component 0 as int32.*datapoint 2 has 2\.5, which "
+                                         r"int32 would store as 2.*make the first one a float"):
+        BatchData.aggregate_batch([[1], [2.0], [2.5]])
+    with pytest.raises(ValueError, match=r"datapoint 1 has 300, which uint8 would store as 44."
+                                         r".*the first is uint8, datapoint 1's int64"):
+        BatchData.aggregate_batch([[np.array([1], np.uint8)], [np.array([300])]])
+    with pytest.raises(ValueError, match=r"'x' as float32.*1e\+40, which float32 would store "
+                                         r"as inf"):
+        BatchData.aggregate_batch([{"x": np.float32(1)}, {"x": 1e40}])
+    # what the dtype stores as it is (or rounds, float64 into float32) still batches
+    assert BatchData.aggregate_batch([[1], [2.0], [True]])[0].tolist() == [1, 2, 1]
+    b = BatchData.aggregate_batch([[np.array([1.5], np.float32)], [np.array([1.1])],
+                                   [np.array([np.nan])], [np.array([np.inf])]])[0]
+    assert b.dtype == np.float32 and b[1, 0] == np.float32(1.1) and np.isnan(b[2, 0])
+    assert BatchData.aggregate_batch([[np.array([1], np.uint8)], [np.array([200])]])[0].dtype \
+        == np.uint8
+
+
 def test_batchdata_big_python_int_falls_back_to_int64():
     b = BatchData.aggregate_batch([[2 ** 40], [1]])
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
