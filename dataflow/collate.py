@@ -21,8 +21,8 @@ def batch_numpy(data_list, key=None):
     value is one, else numpy's common type of the numbers, and ``ValueError`` for anything else)
     with a new leading axis; anything else is returned as the list itself. A value that the
     batch's dtype would change rather than store (2.5 in an int32 batch, 300 in a uint8 one, a
-    finite 1e40 in a float32 one) raises ``ValueError`` naming the datapoint; tensorpack stored
-    2, 44 and inf."""
+    finite 1e40 in a float32 one, None or 5 in a string one) raises ``ValueError`` naming the
+    datapoint; tensorpack stored 2, 44, inf, 'None' and '5'."""
     data = data_list[0]
     if type(data) is bool:
         # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
@@ -69,7 +69,7 @@ def batch_numpy(data_list, key=None):
             f"BatchData: cannot batch component {key!r}: its values are not of one "
             f"consistent shape (first mismatch at datapoint {first_bad}). Shapes seen: {seen}; "
             f"all shapes in the batch: {shapes}. ({type(e).__name__}: {e})") from e
-    if not alike and out.dtype.kind in "iuf":
+    if not alike and out.dtype.kind in "iufUS":
         _check_unchanged(out, data_list, key)
     return out
 
@@ -103,6 +103,9 @@ def _check_unchanged(out, data_list, key):
     changed rather than stored: a fractional or out-of-range number in an integer batch (1 then
     2.5 made [1, 2]; 300 in a uint8 batch became 44), a finite number that overflowed a float
     batch to inf. (A float64 rounded to float32 is stored, as numpy does.)"""
+    if out.dtype.kind in "US":
+        _check_strings(out, data_list, key)
+        return
     for i, x in enumerate(data_list):
         value = np.asarray(x)
         if value.dtype.kind not in "biuf":
@@ -120,6 +123,19 @@ def _check_unchanged(out, data_list, key):
                 f"{value.flat[j].item()!r}, which {out.dtype} would store as "
                 f"{stored.flat[j].item()!r}. "
                 f"{_one_type_hint(data_list[0], x, i)}, or convert them in the map function.")
+
+
+def _check_strings(out, data_list, key):
+    """``ValueError`` for a value of a string batch that is no string: numpy stores ``None`` as
+    'None' and 5 as '5' (as tensorpack did)."""
+    for i, x in enumerate(data_list):
+        if isinstance(x, (str, bytes)) or _dtype_of(x).kind in "US":
+            continue
+        raise ValueError(
+            f"BatchData: cannot batch component {key!r} as strings (its first value is one): "
+            f"datapoint {i} has {x!r:.60} ({type(x).__name__}), which would be stored as "
+            f"{out[i].tolist()!r:.60}. Give the component's values one type, or convert them "
+            f"in the map function.")
 
 
 def _one_type_hint(first, x, i):

@@ -365,6 +365,19 @@ def test_batchdata_refuses_values_its_dtype_would_change():
         == np.uint8
 
 
+def test_batchdata_refuses_what_is_no_string_in_a_string_component():
+    # numpy stored None as 'None' and 5 as '5' (tensorpack too)
+    with pytest.raises(ValueError, match=r"component 0 as strings.*datapoint 2 has None "
+                                         r"\(NoneType\), which would be stored as 'None'"):
+        BatchData.aggregate_batch([["a"], [b"b"], [None]])
+    with pytest.raises(ValueError, match=r"datapoint 1 has 5 \(int\)"):
+        BatchData.aggregate_batch([[np.str_("a")], [5]])
+    b = BatchData.aggregate_batch([["ab"], [b"c"], [np.str_("d")]])[0]
+    assert b.tolist() == ["ab", "c", "d"]
+    assert BatchData.aggregate_batch([[np.array(["a"])], [["bc"]]])[0].tolist() == [["a"],
+                                                                                     ["bc"]]
+
+
 def test_batchdata_big_python_int_falls_back_to_int64():
     b = BatchData.aggregate_batch([[2 ** 40], [1]])
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
