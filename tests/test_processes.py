@@ -1504,6 +1504,8 @@ if sys.argv[1] == "file":
     os.unlink(address)                  # a /tmp cleaner
 else:
     shutil.rmtree(os.path.dirname(address))
+    if sys.argv[1] == "replaced":       # by a directory that is not private to us
+        os.mkdir(os.path.dirname(address), 0o755)
 df, second = run(8)
 new = forkserver._forkserver._forkserver_pid
 print(first, second, sorted(x for (x,) in kept), new != old, os.path.exists(address))
@@ -1513,7 +1515,7 @@ kept.close()
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("removed", ["file", "directory"])
+@pytest.mark.parametrize("removed", ["file", "directory", "replaced"])
 def test_a_lost_fork_server_socket_file_is_replaced(tmp_path, removed):
     # the fork server's socket lives in $TMPDIR/pymp-* for the life of the process; once removed,
     # every later start through the server failed with FileNotFoundError
@@ -1521,7 +1523,12 @@ def test_a_lost_fork_server_socket_file_is_replaced(tmp_path, removed):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", _FORK_SERVER_FILE_REMOVED, removed],
                          capture_output=True, text=True, timeout=50, env=env)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.split("] ") == ["[0, 2, 4, 6, 8, 10", "[0, 2, 4, 6, 8, 10, 12, 14",
                                       "[0, 2, 4, 6, 8, 10", "True False\n"], out.stdout
-    assert list(tmp_path.iterdir()) == []       # both servers' files removed at exit
+    left = list(tmp_path.iterdir())             # both servers' files removed at exit
+    if removed == "replaced":                   # ... but not a directory that is not ours
+        assert len(left) == 1 and left[0].name.startswith("pymp-") and \
+            list(left[0].iterdir()) == []
+    else:
+        assert left == []

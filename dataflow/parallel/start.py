@@ -225,8 +225,8 @@ def replace_lost_fork_server():
     (systemd-tmpfiles removes what is older than 10 days) or a person may remove it; then every
     later start through the server failed with ``FileNotFoundError``, for the rest of the
     process's life. The old server runs on for the workers it forked (they end with it) until
-    this process ends. The new socket goes into multiprocessing's temporary directory if it is
-    still this user's private one, else into a new one.
+    this process ends. The new socket goes into multiprocessing's temporary directory, made
+    again if it was removed too, or into a new one if another took its place.
     """
     server = getattr(mp_forkserver, "_forkserver", None)
     lock = getattr(server, "_lock", None)
@@ -240,11 +240,27 @@ def replace_lost_fork_server():
         _lost_fork_servers.append(server._forkserver_alive_fd)    # the old server lives on
         server._forkserver_alive_fd = server._forkserver_pid = None
         server._forkserver_address = None
+        directory = os.path.dirname(address)
         try:
-            st = os.lstat(os.path.dirname(address))
-            private = stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and \
-                not st.st_mode & 0o077
-        except OSError:
-            private = False
-        if not private:                     # removed too (or replaced): a new private one
-            mp.current_process()._config["tempdir"] = None
+            os.mkdir(directory, 0o700)      # removed with the file: made again, ours
+        except FileExistsError:
+            if not _private_directory(directory):
+                _forget_temp_dir(directory)     # replaced by someone else's: a new one
+
+
+def _private_directory(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _forget_temp_dir(directory):
+    """Have multiprocessing make a new temporary directory, and not remove ``directory`` (no
+    longer its own) at exit."""
+    import multiprocessing.util as mp_util
+    mp.current_process()._config["tempdir"] = None
+    for finalizer in list(getattr(mp_util, "_finalizer_registry", {}).values()):
+        if directory in (getattr(finalizer, "_args", None) or ()):
+            finalizer.cancel()

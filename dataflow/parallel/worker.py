@@ -26,7 +26,7 @@ from .allocator import ZeroCopySwitch
 from .protocol import WorkerError, detach_kept, func_name, run_chunk
 from .shm import SegmentPool
 from . import cvthreads, shm, transport
-from .start import _close_all
+from .start import _close_all, _private_directory
 from .supervisor import die_with_parent, process_alive
 
 logger = logging.getLogger("dataflow")
@@ -203,9 +203,17 @@ def _die_of(signum, _frame, path, server):
 
 
 def _remove_socket_file(path):
-    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+    """Remove the server's socket file, and its directory if that is still this user's private
+    one (it may have been removed and made again by someone else: see
+    ``start.replace_lost_fork_server``)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    directory = os.path.dirname(path)
+    if _private_directory(directory):
         try:
-            remove(target)
+            os.rmdir(directory)
         except OSError:
             pass
 
