@@ -1516,19 +1516,26 @@ kept.close()
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("removed", ["file", "directory", "replaced"])
-def test_a_lost_fork_server_socket_file_is_replaced(tmp_path, removed):
+def test_a_lost_fork_server_socket_file_is_replaced(removed):
     # the fork server's socket lives in $TMPDIR/pymp-* for the life of the process; once removed,
     # every later start through the server failed with FileNotFoundError
+    import pathlib
+    import shutil
     import subprocess
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", _FORK_SERVER_FILE_REMOVED, removed],
-                         capture_output=True, text=True, timeout=50, env=env)
-    assert out.returncode == 0 and out.stderr == "", out.stderr
-    assert out.stdout.split("] ") == ["[0, 2, 4, 6, 8, 10", "[0, 2, 4, 6, 8, 10, 12, 14",
-                                      "[0, 2, 4, 6, 8, 10", "True False\n"], out.stdout
-    left = list(tmp_path.iterdir())             # both servers' files removed at exit
-    if removed == "replaced":                   # ... but not a directory that is not ours
-        assert len(left) == 1 and left[0].name.startswith("pymp-") and \
-            list(left[0].iterdir()) == []
-    else:
-        assert left == []
+    # short: the fork server's socket goes in it, and AF_UNIX paths have ~100 bytes
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="lfs-"))
+    try:
+        out = subprocess.run([sys.executable, "-c", _FORK_SERVER_FILE_REMOVED, removed],
+                             capture_output=True, text=True, timeout=50,
+                             env=dict(os.environ, TMPDIR=str(tmp)))
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+        assert out.stdout.split("] ") == ["[0, 2, 4, 6, 8, 10", "[0, 2, 4, 6, 8, 10, 12, 14",
+                                          "[0, 2, 4, 6, 8, 10", "True False\n"], out.stdout
+        left = list(tmp.iterdir())              # both servers' files removed at exit
+        if removed == "replaced":               # ... but not a directory that is not ours
+            assert len(left) == 1 and left[0].name.startswith("pymp-") and \
+                list(left[0].iterdir()) == []
+        else:
+            assert left == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
