@@ -13,11 +13,15 @@ requests in that worker:
   ``numpy.random`` (the legacy global state) from ``(s, worker_id)`` and restarts the request
   counter, so that workers draw distinct streams (tensorpack gives every worker the same seed).
   The consuming process is worker ``-1`` and uses spawn keys ``(0, k)``; worker ``i`` uses
-  ``(i + 1, k)``.
+  ``(i + 1, k)``. torch's global generator, where the worker has torch, gets the same seed
+  (:func:`seed_torch`): torch starts every process at one fixed seed, and a forked worker
+  inherits the consumer's state, so workers drew the same numbers (torchvision's random
+  transforms, ``torch.rand``), as torch's ``DataLoader`` seeds its workers to avoid.
 """
 import itertools
 import os
 import random
+import sys
 import threading
 
 import numpy as np
@@ -29,6 +33,7 @@ _seed = None
 _counter = itertools.count()
 _worker_id = -1
 _generation = 0          # bumped by set_seed/seed_worker: cached per-datapoint streams expire
+_torch_seed = None       # a worker's seed for torch's generator, until torch is imported
 
 
 def set_seed(seed):
@@ -88,6 +93,21 @@ def seed_worker(wid, seed):
         s = _derive(seed, (_worker_id + 1,), 2**32)
     random.seed(s)
     np.random.seed(s)
+    global _torch_seed
+    _torch_seed = s
+    seed_torch()
+
+
+def seed_torch():
+    """In a worker process: seed torch's global generator with the worker's seed (see the module
+    doc) once torch is imported; called again at the start of each chunk of map work, in case
+    the map function imported torch since (cheap when there is nothing to do)."""
+    global _torch_seed
+    if _torch_seed is not None:
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "manual_seed"):
+            s, _torch_seed = _torch_seed, None
+            torch.manual_seed(s)
 
 
 # -- per-datapoint streams ------------------------------------------------------------------------

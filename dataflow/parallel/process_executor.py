@@ -199,7 +199,8 @@ class ProcessExecutor(Executor):
                     args=(wid, endpoint, self._secret, theirs, stack_theirs, self._shipped,
                           rng.get_seed(), os.getpid(), self._pdeathsig_safe(),
                           self.start_method != "forkserver",
-                          config.worker_nice(), self._cv_threads, not cv_settable))
+                          config.worker_nice(), self._cv_threads, not cv_settable,
+                          forking and "torch" in sys.modules))
                 # Python >= 3.12 warns on fork while any OS thread runs; we only fork with no
                 # other Python thread (but pyzmq's garbage collector, see
                 # default_start_method), and C-level threads (BLAS pools, ZeroMQ's I/O

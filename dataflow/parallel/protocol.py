@@ -27,7 +27,7 @@ from .._helpers import add_note, func_name
 from .. import rng as _rng
 from .. import serialize
 from ..rng import set_datapoint_key
-from . import cvthreads
+from . import cvthreads, torchthreads
 
 __all__ = ["Executor", "InlineExecutor", "run_chunk", "WorkerError", "WorkerTraceback", "OK",
            "DROP", "ERR", "SERIAL", "THREAD", "PROCESS", "RAY", "UnknownWorkerException",
@@ -380,7 +380,10 @@ def run_chunk(func, run, items, stop=None, detach=None):
     """
     out = []
     t0 = time.perf_counter()
-    cvthreads.apply_pending()       # the map function may have imported cv2 since the last chunk
+    # the map function may have imported cv2 or torch since the last chunk
+    cvthreads.apply_pending()
+    torchthreads.apply_pending()
+    _rng.seed_torch()
     # The datapoint's random-stream key as a cursor advanced in place (see
     # rng.set_datapoint_key): a call and a tuple per datapoint were a tenth of a worker's time
     # on tiny datapoints. Set before every call: the map function may run a pipeline that sets

@@ -67,7 +67,7 @@ from .copies import Constant, CopiesRunner
 from .mapper import _MAX_CHUNK, ParallelMapData
 from .protocol import (CLOSED_WHILE_ITERATING, ERR, RAY, SERIAL, Executor, InlineExecutor,
                        WorkerError, run_chunk)
-from . import cvthreads, ray_reaper
+from . import cvthreads, ray_reaper, torchthreads
 from .supervisor import WorkerCrashedError, next_wait
 from .transport import pickle_error, unpickle_error
 
@@ -215,6 +215,7 @@ class _ActorBody:
     def __init__(self, make_func, wid, seed, cv_threads=1):
         rng.seed_worker(wid, seed)
         cvthreads.set_process_limit(cv_threads)
+        torchthreads.set_process_limit(cv_threads)
         self.wid = wid
         self.failure = None
         try:

@@ -25,7 +25,7 @@ from .._malloc import keep_freed_memory
 from .allocator import ZeroCopySwitch
 from .protocol import WorkerError, detach_kept, func_name, run_chunk
 from .shm import SegmentPool
-from . import cvthreads, shm, transport
+from . import cvthreads, shm, torchthreads, transport
 from .start import _close_all, _private_directory
 from .supervisor import die_with_parent, process_alive
 
@@ -84,7 +84,7 @@ def _take_messages(sock, pool, tasks):
 
 
 def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, consumer_pid,
-                 pdeathsig, forked_by_consumer, nice, cv_threads, cv_inherited):
+                 pdeathsig, forked_by_consumer, nice, cv_threads, cv_inherited, torch_inherited):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the consumer's business
@@ -114,6 +114,8 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     rng.seed_worker(wid, seed)
     # forked with cv2 imported: OpenCV's count cannot be changed safely here (cvthreads)
     cvthreads.set_process_limit(cv_threads, inherited=cv_inherited)
+    # forked with torch imported: one thread, or torch's inherited pool may hang (torchthreads)
+    torchthreads.set_process_limit(cv_threads, inherited=torch_inherited)
     context = transport.make_context(batch=False)
     sock = transport.make_socket(context)
     transport.connect_private(sock, endpoint, secret)
@@ -127,6 +129,9 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     zero_copy = ZeroCopySwitch(pool)
     try:
         func = shipped.obj(wid)
+        # unpickling the function may have imported torch: seed it and limit its threads now
+        rng.seed_torch()
+        torchthreads.apply_pending()
         desc = f"map function {func_name(func)}"
         tasks = collections.deque()
         while True:
