@@ -18,14 +18,13 @@ that imports it itself).
 Forking. A pool thread of OpenCV that holds one of the pool's locks when the consumer forks
 leaves that lock held for ever in the child, whose next parallel OpenCV call then hangs (35 of
 3,000 forks right after the consumer used the pool, measured with OpenCV 5.1's 16 threads on 2
-busy cores). So a
-worker is forked with OpenCV's pool stopped: :func:`stopped_for_fork` sets the consumer's count
-to 1 around the fork (OpenCV then joins its threads), and puts it back after, which starts the
-threads again on the next parallel call. The child inherits no pool thread and sets its own
-limit. That holds for OpenCV's own pthreads pool (the opencv-python wheels). Where OpenCV runs
-another framework (TBB, OpenMP) this cannot stop its threads: a worker forked with such a cv2
-imported leaves OpenCV's count as inherited (changing it could deadlock), and
-:func:`fork_safe` tells the default start method to use the fork server.
+busy cores). So a worker is forked with OpenCV's pool stopped: :func:`stopped_for_fork` sets
+the consumer's count to 1 around the fork (OpenCV then joins its threads), and puts it back
+after, which starts the threads again on the next parallel call. The child inherits no pool
+thread and sets its own limit. That holds for OpenCV's own pthreads pool (the opencv-python
+wheels). Where OpenCV runs another framework (TBB, OpenMP) this cannot stop its threads: a
+worker forked with such a cv2 imported leaves OpenCV's count as inherited (changing it could
+deadlock), and :func:`fork_safe` tells the default start method to use the fork server.
 """
 import contextlib
 import itertools
