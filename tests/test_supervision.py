@@ -1039,6 +1039,8 @@ def test_timeout_raises_in_the_consumer(kind, tmp_path, no_leaks):
     msg = str(info.value)
     assert re.search(r"datapoints #1(,| have)", msg), msg
     assert "timeout=0.5" in msg and f"worker {kind}" in msg, msg
+    # where the worker is stuck: the map function's line, in its stack
+    assert re.search(r"its Python stack:\n(.|\n)*line \d+,? in stuck", msg), msg
     assert 0.3 < delay < 1.5, f"raised {delay:.2f} s after the datapoint started"
 
 

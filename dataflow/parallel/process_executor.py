@@ -388,7 +388,8 @@ class ProcessExecutor(Executor):
 
     def _check_time(self, timeout):
         """Apply the deadlines; milliseconds to wait (see ``supervisor.next_wait``)."""
-        wait = next_wait(self._workers, timeout, config.current_hang_timeout(), self._warn_hung)
+        wait = next_wait(self._workers, timeout, config.current_hang_timeout(), self._warn_hung,
+                         self._stack_of)
         return int(wait * 1000) + 1
 
     def _warn_hung(self, w, waited):

@@ -87,14 +87,15 @@ def describe_exit(exitcode):
 START_GRACE = 60.0
 
 
-def check_workers(workers, timeout, hang_timeout, on_hung):
+def check_workers(workers, timeout, hang_timeout, on_hung, stack_of=None):
     """The deadlines of every executor, in one place.
 
     ``workers`` have ``busy_since`` (``time.monotonic()`` of the last progress on the work they
     hold, ``None`` when idle), ``next_warning`` (managed here), ``describe()`` (which
     datapoints, which process or thread) and may have ``starting`` (True: the deadlines come
     :data:`START_GRACE` seconds later). Raises ``TimeoutError`` for work held ``timeout``
-    seconds; calls ``on_hung(worker, seconds)`` once work is held ``hang_timeout`` seconds, and
+    seconds (with the worker's current stack, ``stack_of(worker)``, where the executor can tell
+    it); calls ``on_hung(worker, seconds)`` once work is held ``hang_timeout`` seconds, and
     again every ``hang_timeout`` seconds. Returns the seconds until the next deadline, or
     ``None`` when there is none.
     """
@@ -107,8 +108,9 @@ def check_workers(workers, timeout, hang_timeout, on_hung):
         since = w.busy_since + (START_GRACE if getattr(w, "starting", False) else 0.0)
         if timeout is not None:
             if now >= since + timeout:
+                stack = "" if stack_of is None else f"; its Python stack:\n{stack_of(w)}"
                 raise TimeoutError(f"{w.describe()} for {waited:.1f} s, more than "
-                                   f"timeout={timeout} s")
+                                   f"timeout={timeout} s{stack}")
             wake = _earliest(wake, since + timeout)
         if hang_timeout != math.inf:
             if w.next_warning is None:
@@ -120,10 +122,10 @@ def check_workers(workers, timeout, hang_timeout, on_hung):
     return None if wake is None else max(0.0, wake - now)
 
 
-def next_wait(workers, timeout, hang_timeout, on_hung):
+def next_wait(workers, timeout, hang_timeout, on_hung, stack_of=None):
     """:func:`check_workers`, then the seconds to wait for the workers: until the next
     deadline, and at most :data:`SIGNAL_CHECK`."""
-    wait = check_workers(workers, timeout, hang_timeout, on_hung)
+    wait = check_workers(workers, timeout, hang_timeout, on_hung, stack_of)
     return SIGNAL_CHECK if wait is None else min(wait, SIGNAL_CHECK)
 
 

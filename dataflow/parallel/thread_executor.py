@@ -29,11 +29,14 @@ logger = logging.getLogger("dataflow")
 _JOIN_BUDGET = 0.05
 
 
-def _warn_hung(watch, waited):
+def _stack_of(watch):
     frame = sys._current_frames().get(watch.thread.ident)
-    stack = "".join(traceback.format_stack(frame)) if frame is not None else "(finished)"
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(finished)"
+
+
+def _warn_hung(watch, waited):
     logger.warning("%s for %.1f s (hang_timeout=%s s); its Python stack:\n%s", watch.describe(),
-                   waited, config.current_hang_timeout(), stack)
+                   waited, config.current_hang_timeout(), _stack_of(watch))
 
 
 class _Failed:
@@ -155,7 +158,8 @@ class ThreadExecutor(Executor):
 
     def get(self, timeout=None):
         while True:
-            wait = next_wait(self._watches, timeout, config.current_hang_timeout(), _warn_hung)
+            wait = next_wait(self._watches, timeout, config.current_hang_timeout(), _warn_hung,
+                             _stack_of)
             try:
                 r = self._results.get(timeout=wait)
                 break
