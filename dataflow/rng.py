@@ -101,7 +101,8 @@ def seed_worker(wid, seed):
 def seed_torch():
     """In a worker process: seed torch's global generator with the worker's seed (see the module
     doc) once torch is imported; called again at the start of each chunk of map work, in case
-    the map function imported torch since (cheap when there is nothing to do)."""
+    loading or running the map function imported torch since (cheap when there is nothing to
+    do)."""
     global _torch_seed
     if _torch_seed is not None:
         torch = sys.modules.get("torch")

@@ -129,9 +129,6 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
     zero_copy = ZeroCopySwitch(pool)
     try:
         func = shipped.obj(wid)
-        # unpickling the function may have imported torch: seed it and limit its threads now
-        rng.seed_torch()
-        torchthreads.apply_pending()
         desc = f"map function {func_name(func)}"
         tasks = collections.deque()
         while True:
