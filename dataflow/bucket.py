@@ -25,13 +25,16 @@ def _is_int(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
 
 
-def _components(dp):
-    """The component keys of a datapoint: indices of a list/tuple, keys of a dict."""
+def _components(dp, index=None):
+    """The component keys of a datapoint (number ``index`` of the pass, for the error): indices
+    of a list/tuple, keys of a dict."""
     if isinstance(dp, (list, tuple)):
         return range(len(dp))
     if isinstance(dp, Mapping):
         return list(dp.keys())
-    raise ValueError(f"{_NAME}: a datapoint has to be a list, tuple or dict, got {type(dp)}")
+    which = "a datapoint" if index is None else f"datapoint {index} of this pass"
+    raise ValueError(f"{_NAME}: {which} is a {type(dp).__name__}; a datapoint has to be a "
+                     "list, tuple or dict")
 
 
 def default_element_length(dp):
@@ -134,7 +137,7 @@ class _PadSpec:
         self.shape = shape
         self.value = value
 
-    def _target(self, arrays, dim0):
+    def _target(self, arrays, bound):
         key = self.key
         shapes = [a.shape for a in arrays]
         rank = len(shapes[0]) if self.shape is None else len(self.shape)
@@ -143,19 +146,29 @@ class _PadSpec:
                     else f"rank {rank} (pad_shape {self.shape})")
             raise ValueError(f"{_NAME}: cannot pad component {key!r}: its values must have {want}; "
                              f"shapes in the batch: {shapes}")
-        spec = self.shape if self.shape is not None else (None,) * rank
-        target = [max(s[d] for s in shapes) if n is None else n for d, n in enumerate(spec)]
-        if dim0 is not None and spec[:1] == (None,):
-            target[0] = dim0
-        elif dim0 is not None and self.shape is None and rank == 0:
-            raise ValueError(f"{_NAME}: cannot pad component {key!r} to the bucket boundary: "
-                             "its values are scalars (no dimension 0)")
+        if self.shape is not None:
+            # as MindSpore: every None entry goes to the boundary when there is one
+            return tuple((max(s[d] for s in shapes) if bound is None else bound)
+                         if n is None else n for d, n in enumerate(self.shape))
+        target = [max(s[d] for s in shapes) for d in range(rank)]
+        if bound is not None:
+            if rank == 0:
+                raise ValueError(f"{_NAME}: cannot pad component {key!r} to the bucket "
+                                 "boundary: its values are scalars (no dimension 0)")
+            target[0] = bound
         return tuple(target)
 
-    def pad(self, values, dim0=None, indices=None):
-        """Pad and stack ``values`` (one per datapoint of the batch). ``dim0``, if given, is the
-        size of dimension 0 wherever the spec leaves it to the batch. ``indices`` are the
-        datapoints' indices in the pass, for error messages."""
+    @property
+    def to_boundary(self):
+        """Whether ``pad_to_bucket_boundary`` changes this component's target: its pad_shape
+        leaves some dimension to the batch."""
+        return self.shape is None or None in self.shape
+
+    def pad(self, values, bound=None, indices=None):
+        """Pad and stack ``values`` (one per datapoint of the batch). ``bound``, if given, is the
+        bucket's boundary minus 1: the size of each dimension that pad_shape leaves None, or of
+        dimension 0 when pad_shape is None (the others: the largest in the batch). ``indices``
+        are the datapoints' indices in the pass, for error messages."""
         key = self.key
         try:
             arrays = [np.asarray(v) for v in values]
@@ -163,7 +176,7 @@ class _PadSpec:
             raise ValueError(f"{_NAME}: cannot pad component {key!r}: a value is not an array "
                              f"of one shape ({e})") from e
         dtype = self._dtype(arrays, indices)
-        target = self._target(arrays, dim0)
+        target = self._target(arrays, bound)
         for j, a in enumerate(arrays):
             if any(s > t for s, t in zip(a.shape, target)):
                 where = j if indices is None else indices[j]
@@ -210,10 +223,14 @@ class BucketBatchData(ProxyDataFlow):
     different shapes are padded to the largest in the batch with zeros (``""`` for strings), as
     MindSpore pads the columns its ``pad_info`` leaves out; without ``pad_info`` they raise a
     ``ValueError`` naming the component and the datapoints. The datapoints of a batch must have
-    the same components (``ValueError`` naming the one that differs). With ``pad_to_bucket_boundary=True``, dimension 0 of each
-    padded component of a batch from bucket ``[b_{i-1}, b_i)`` is padded to ``b_i - 1`` (unless
-    its pad_shape gives it explicitly), and a datapoint that falls in the last, unbounded bucket
-    raises ``ValueError``.
+    the same components (``ValueError`` naming the one that differs).
+
+    With ``pad_to_bucket_boundary=True``, as MindSpore, each dimension that a component's
+    pad_shape leaves None is padded to ``b_i - 1`` in a batch from bucket ``[b_{i-1}, b_i)``;
+    a pad_shape of None (every dimension to the largest in the batch) pads dimension 0 so and
+    the others to the largest in the batch (MindSpore would leave them all to the batch). A
+    datapoint that falls in the last, unbounded bucket then raises ``ValueError``; where every
+    pad_shape is given in full, no boundary is used and the last bucket is batched as usual.
 
     ``len()`` raises ``NotImplementedError``: the number of batches depends on the lengths.
     """
@@ -232,9 +249,9 @@ class BucketBatchData(ProxyDataFlow):
                 None pads every dimension to the largest in the batch, a tuple gives the target
                 shape (its None entries: the largest in the batch). ``pad_value`` (None: the
                 dtype's zero, ``""`` for strings) is cast to the values' common dtype.
-            pad_to_bucket_boundary (bool): pad dimension 0 of the components named in
-                ``pad_info`` (where their pad_shape leaves it None) to the bucket's upper
-                boundary minus 1. Requires ``pad_info``.
+            pad_to_bucket_boundary (bool): pad the dimensions that the pad_shapes of
+                ``pad_info`` leave None (dimension 0 where a pad_shape is None) to the bucket's
+                upper boundary minus 1. Requires ``pad_info``.
             drop_remainder (bool): drop, instead of producing, the incomplete batches left in the
                 buckets at the end of a pass.
         """
@@ -252,6 +269,9 @@ class BucketBatchData(ProxyDataFlow):
             raise ValueError(f"{_NAME}: pad_to_bucket_boundary=True needs pad_info naming the "
                              "components to pad")
         self.pad_to_bucket_boundary = bool(pad_to_bucket_boundary)
+        # whether a boundary is used: not when every pad_shape is fully given (as MindSpore)
+        self._pads_to_boundary = self.pad_to_bucket_boundary and any(
+            s.to_boundary for s in self.pad_specs.values())
         self.drop_remainder = bool(drop_remainder)
 
     def __len__(self):
@@ -274,14 +294,14 @@ class BucketBatchData(ProxyDataFlow):
 
     def _bucket_of(self, dp, index):
         """The bucket of datapoint number ``index`` of this pass, after checking it."""
-        keys = _components(dp)
+        keys = _components(dp, index)
         for key in self.pad_specs:
             if key not in keys:
                 raise ValueError(f"{_NAME}: pad_info names component {key!r}, which datapoint "
                                  f"{index} of this pass does not have (it has {list(keys)})")
         length = self._length(dp, index)
         b = self.buckets.index_of(length)
-        if self.pad_to_bucket_boundary and self.buckets.is_last(b):
+        if self._pads_to_boundary and self.buckets.is_last(b):
             raise ValueError(f"{_NAME}: datapoint {index} of this pass has length {length}, in "
                              f"the last bucket [{self.buckets.boundaries[-1]}, inf), which has "
                              "no boundary to pad to (pad_to_bucket_boundary=True)")
@@ -289,20 +309,20 @@ class BucketBatchData(ProxyDataFlow):
 
     def _batch(self, bucket, dps, indices):
         """One batch of the datapoints ``dps`` (``indices`` in the pass) of bucket ``bucket``."""
-        dim0 = self.buckets.upper_bound(bucket) - 1 if self.pad_to_bucket_boundary else None
+        bound = self.buckets.upper_bound(bucket) - 1 if self._pads_to_boundary else None
         first = dps[0]
-        keys = _components(first)
+        keys = _components(first, indices[0])
         for dp, index in zip(dps, indices):
-            if set(_components(dp)) != set(keys):
+            if set(_components(dp, index)) != set(keys):
                 raise ValueError(f"{_NAME}: datapoint {index} of this pass has components "
-                                 f"{list(_components(dp))}, datapoint {indices[0]} of the same "
-                                 f"batch {list(keys)}")
+                                 f"{list(_components(dp, index))}, datapoint {indices[0]} of the "
+                                 f"same batch {list(keys)}")
         out = {} if isinstance(first, Mapping) else []
         for key in keys:
             values = [dp[key] for dp in dps]
             spec = self.pad_specs.get(key)
             if spec is not None:
-                batched = spec.pad(values, dim0, indices)
+                batched = spec.pad(values, bound, indices)
             else:
                 try:
                     batched = batch_numpy(values, key)

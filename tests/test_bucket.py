@@ -151,9 +151,10 @@ def test_default_length_of_unknown_type_is_an_error():
         one_pass(df)
 
 
-def test_non_datapoint_is_an_error():
-    df = BucketBatchData(src([np.zeros(3)]), [3], [1, 1])
-    with pytest.raises(ValueError, match="a datapoint has to be a list, tuple or dict"):
+def test_non_datapoint_is_an_error_naming_it():
+    df = BucketBatchData(src([[np.zeros(2)], np.zeros(3)]), [3], [1, 1])
+    with pytest.raises(ValueError, match="datapoint 1 of this pass is a ndarray; a datapoint "
+                                         "has to be a list, tuple or dict"):
         one_pass(df)
 
 
@@ -257,6 +258,27 @@ def test_pad_to_bucket_boundary_explicit_dim0_wins():
                          pad_to_bucket_boundary=True)
     (batch,) = one_pass(df)
     assert batch[0].shape == (2, 6)
+
+
+def test_pad_to_bucket_boundary_every_none_dimension_of_a_pad_shape():
+    # as MindSpore: each None entry of pad_shape goes to the boundary minus 1, given ones stay
+    dps = [[np.ones((1, 2)), 0], [np.ones((5, 3)), 1]]
+    for pad_shape, want in (((None, None), (2, 5, 5)), ((8, None), (2, 8, 5)),
+                            ((None, 4), (2, 5, 4))):
+        df = BucketBatchData(src(dps), [6], [2, 2], pad_info={0: (pad_shape, 0)},
+                             pad_to_bucket_boundary=True)
+        (batch,) = one_pass(df)
+        assert batch[0].shape == want, pad_shape
+        np.testing.assert_array_equal(batch[0][1, :5, :3], 1)
+        assert batch[0].sum() == 2 + 15
+
+
+def test_pad_to_bucket_boundary_with_full_pad_shapes_uses_no_boundary():
+    # every pad_shape given in full: nothing to pad to a boundary, so the last bucket is fine
+    df = BucketBatchData(src(seqs([1, 7])), [3], [2, 2], pad_info={0: ([8], 0)},
+                         pad_to_bucket_boundary=True)
+    out = one_pass(df)
+    assert [b[0].shape for b in out] == [(1, 8), (1, 8)]
 
 
 def test_pad_to_bucket_boundary_remainder_batch():
