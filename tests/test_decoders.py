@@ -40,7 +40,7 @@ def test_every_decoder_gives_the_same_layout(mode, shape):
     if ref.ndim == 2:
         ref = ref[:, :, None]
     for name in DECODERS:
-        out = Decode(mode, decoder=name)(jpg)
+        out = Decode(mode=mode, decoder=name)(jpg)
         assert out.shape == shape and out.dtype == np.uint8, name
         assert out.flags.writeable and out.flags.c_contiguous, name
         # RGB order (red first), not OpenCV's BGR; the same libjpeg-turbo settings give the
@@ -68,7 +68,7 @@ def test_grey_decoding_of_a_colour_jpeg_is_libjpegs_luma_with_every_decoder():
     rgb = np.random.RandomState(1).randint(0, 256, (64, 80, 3)).astype(np.uint8)
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, format="JPEG", quality=90)
-    outs = [Decode("L", decoder=name)(buf.getvalue()) for name in DECODERS]
+    outs = [Decode(mode="L", decoder=name)(buf.getvalue()) for name in DECODERS]
     for out in outs:
         assert out.shape == (64, 80, 1) and out.dtype == np.uint8
         np.testing.assert_array_equal(out, outs[0])

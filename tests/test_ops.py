@@ -310,10 +310,13 @@ def test_decode_png_exact():
     np.testing.assert_array_equal(Decode()(np.frombuffer(png, np.uint8)), rgb)
     np.testing.assert_array_equal(Decode()(bytearray(png)), rgb)
     np.testing.assert_array_equal(Decode(index=0)([memoryview(png), 1])[0], rgb)
+    # Decode(index=None) as the other ops: the index is its first argument, mode a keyword
+    np.testing.assert_array_equal(Decode(1)([0, png])[1], rgb)
+    np.testing.assert_array_equal(Decode("img")({"img": png})["img"], rgb)
 
     rgba = image(4, 4, 4)
     np.testing.assert_array_equal(Decode()(_encode(rgba, "PNG")), rgba[..., :3])
-    np.testing.assert_array_equal(Decode("RGBA")(_encode(rgba, "PNG")), rgba)
+    np.testing.assert_array_equal(Decode(mode="RGBA")(_encode(rgba, "PNG")), rgba)
 
 
 def test_decode_grayscale():
@@ -323,7 +326,7 @@ def test_decode_grayscale():
     assert out.shape == (5, 6, 3)
     for c in range(3):
         np.testing.assert_array_equal(out[..., c], gray)
-    np.testing.assert_array_equal(Decode("L")(png), gray[..., None])
+    np.testing.assert_array_equal(Decode(mode="L")(png), gray[..., None])
 
 
 def test_decode_jpeg():
@@ -349,7 +352,7 @@ def test_decode_errors():
     with pytest.raises(TypeError, match=r"1-D uint8 array.*float64"):
         Decode()(np.zeros(4))
     with pytest.raises(ValueError, match="mode"):
-        Decode("CMYK")
+        Decode(mode="CMYK")
 
 
 def test_decode_without_pillow(monkeypatch):

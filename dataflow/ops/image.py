@@ -140,6 +140,8 @@ class Decode(Op):
     """Decode encoded image bytes (JPEG, PNG, or any format Pillow reads) to a ``uint8`` HWC
     array.
 
+    ``Decode(index=None, *, mode="RGB", decoder="auto")``: ``index`` as every op's (the first
+    argument, as the other ops' after their own), ``mode`` and ``decoder`` by keyword.
     ``mode="RGB"`` (default) gives ``H x W x 3`` in **RGB** order (not OpenCV's BGR): grayscale,
     palette and CMYK images are converted to RGB, and an alpha channel is dropped. ``mode="L"``
     gives grayscale ``H x W x 1``; ``mode="RGBA"`` gives ``H x W x 4`` (alpha 255 for a JPEG).
@@ -166,7 +168,7 @@ class Decode(Op):
     _fields = ("mode",)
     _MODES = ("RGB", "L", "RGBA")
 
-    def __init__(self, mode="RGB", index=None, *, decoder="auto"):
+    def __init__(self, index=None, *, mode="RGB", decoder="auto"):
         super().__init__(index)
         if mode not in self._MODES:
             raise ValueError(f"Decode: mode must be one of {self._MODES}, got {mode!r}")
