@@ -1,6 +1,8 @@
 """Collation: many datapoints into one batched datapoint (tensorpack's
 ``BatchData.aggregate_batch``), used by :class:`~dataflow.BatchData`,
 :class:`~dataflow.BucketBatchData` and the map-and-batch dataflows."""
+import math
+
 import numpy as np
 
 __all__ = ["aggregate_batch", "batch_numpy"]
@@ -22,15 +24,18 @@ def batch_numpy(data_list, key=None):
     with a new leading axis; anything else is returned as the list itself. A value that the
     batch's dtype would change rather than store (2.5 in an int32 batch, 300 in a uint8 one, a
     finite 1e40 in a float32 one, None or 5 in a string one) raises ``ValueError`` naming the
-    datapoint; tensorpack stored 2, 44, inf, 'None' and '5'."""
+    datapoint; tensorpack stored 2, 44, inf, 'None' and '5'. So does a value the dtype cannot
+    hold at all (a Python int beyond int64; 300 as a Python int in a uint8 component)."""
     data = data_list[0]
+    widen = False       # int32 from Python ints: int64 where a value needs it
     if type(data) is bool:
         # bool only if every value is one: numpy casts anything to bool ('xyz' and 2 became
         # True); a mixed component takes tensorpack's int32 rule, which refuses what is no number
         dtype = "bool" if all(type(x) is bool or type(x) is np.bool_ for x in data_list) \
             else "int32"
+        widen = dtype == "int32"
     elif isinstance(data, int) and not isinstance(data, np.generic):
-        dtype = "int32"
+        dtype, widen = "int32", True
     elif type(data) is float:
         dtype = "float32"
     elif isinstance(data, (str, bytes)):
@@ -48,37 +53,47 @@ def batch_numpy(data_list, key=None):
     alike = _all_alike(data_list)
     try:
         if alike:
-            out = _asarray(data_list, dtype)
+            out = _asarray(data_list, dtype, widen)
         else:
             # values of other types are checked below: numpy's warnings of their cast are not
             # news
             with np.errstate(over="ignore", invalid="ignore"):
-                out = _asarray(data_list, dtype)
-    except (ValueError, TypeError) as e:
+                out = _asarray(data_list, dtype, widen)
+    except (ValueError, TypeError, OverflowError) as e:
         shapes = [_shape_of(x) for x in data_list]
         seen = list(dict.fromkeys(shapes))
         first_bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
         if first_bad is None:       # one shape: a value numpy cannot convert to the dtype
             types = [type(x).__name__ for x in data_list]
+            if widen and isinstance(e, OverflowError):     # beyond int64 too
+                dtype = "int64"
             first_bad = next((i for i, x in enumerate(data_list) if not _converts(x, dtype)), 0)
+            value = data_list[first_bad]
+            what = f"{value!r:.60}" if isinstance(e, OverflowError) else f"a {types[first_bad]}"
             raise ValueError(
                 f"BatchData: cannot batch component {key!r} as {np.dtype(dtype)}: datapoint "
-                f"{first_bad} has a {types[first_bad]}. Types in the batch: {types}. "
+                f"{first_bad} has {what}. Types in the batch: {types}. "
                 f"({type(e).__name__}: {e})") from e
         raise ValueError(
             f"BatchData: cannot batch component {key!r}: its values are not of one "
             f"consistent shape (first mismatch at datapoint {first_bad}). Shapes seen: {seen}; "
             f"all shapes in the batch: {shapes}. ({type(e).__name__}: {e})") from e
-    if not alike and out.dtype.kind in "iufUS":
+    if alike:
+        # Python floats beyond float32 became inf (numpy warned of it). The sum of squares is
+        # finite when every value is (0.5 us against 1.7 for np.isfinite(out).all() on 32); one
+        # that overflows only costs the full check.
+        if type(data) is float and not math.isfinite(out.dot(out)):
+            _check_unchanged(out, data_list, key)
+    elif out.dtype.kind in "iufUS":
         _check_unchanged(out, data_list, key)
     return out
 
 
-def _asarray(data_list, dtype):
+def _asarray(data_list, dtype, widen):
     try:
         return np.asarray(data_list, dtype=dtype)
     except OverflowError:           # a Python int beyond int32
-        if dtype != "int32":
+        if not widen:
             raise
         return np.asarray(data_list, dtype="int64")
 

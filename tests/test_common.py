@@ -356,8 +356,18 @@ def test_batchdata_refuses_values_its_dtype_would_change():
     with pytest.raises(ValueError, match=r"'x' as float32.*1e\+40, which float32 would store "
                                          r"as inf"):
         BatchData.aggregate_batch([{"x": np.float32(1)}, {"x": 1e40}])
+    # values of one type too: Python floats into float32, Python ints into a numpy int's dtype
+    with pytest.raises(ValueError, match=r"datapoint 1 has 1e\+40, which float32 would store "
+                                         r"as inf"):
+        BatchData.aggregate_batch([[1.0], [1e40]])
+    with pytest.raises(ValueError, match=r"component 0 as uint8: datapoint 1 has 300\."):
+        BatchData.aggregate_batch([[np.uint8(1)], [300]])
+    with pytest.raises(ValueError, match=r"component 0 as int32: datapoint 2 has 1099511627776\."):
+        BatchData.aggregate_batch([[np.int32(1)], [2], [2 ** 40]])
     # what the dtype stores as it is (or rounds, float64 into float32) still batches
     assert BatchData.aggregate_batch([[1], [2.0], [True]])[0].tolist() == [1, 2, 1]
+    b = BatchData.aggregate_batch([[1.0], [float("inf")], [float("nan")]])[0]
+    assert b.dtype == np.float32 and b[1] == np.inf and np.isnan(b[2])
     b = BatchData.aggregate_batch([[np.array([1.5], np.float32)], [np.array([1.1])],
                                    [np.array([np.nan])], [np.array([np.inf])]])[0]
     assert b.dtype == np.float32 and b[1, 0] == np.float32(1.1) and np.isnan(b[2, 0])
@@ -381,6 +391,10 @@ def test_batchdata_refuses_what_is_no_string_in_a_string_component():
 def test_batchdata_big_python_int_falls_back_to_int64():
     b = BatchData.aggregate_batch([[2 ** 40], [1]])
     assert b[0].dtype == np.int64 and b[0].tolist() == [2 ** 40, 1]
+    # beyond int64: named (it was a bare OverflowError)
+    with pytest.raises(ValueError, match=r"component 0 as int64: datapoint 1 has "
+                                         r"1180591620717411303424\."):
+        BatchData.aggregate_batch([[1], [2 ** 70]])
 
 
 def test_batchdata_numpy_strings_are_not_cut_to_the_first_width():
