@@ -43,6 +43,7 @@ Message format of ``dumps`` (integers little-endian, offsets from the start of t
 All functions are thread-safe. The only state kept between calls is a cache of the dtypes
 decoded so far and one reusable packer per thread for the records that describe arrays.
 """
+import ctypes
 import math
 import pickle
 import re
@@ -542,13 +543,45 @@ def _locate(root, target):
     return (path or "the top level") + (" (as a dict key)" if is_key else "")
 
 
-def dumps(obj, *, allow_pickle=False):
-    """Encode ``obj`` into one message and return it as a ``bytearray``.
+_FILLED_IN_PLACE = 64 * 1024    # dumps: messages at least this large are filled in place
 
-    Each array's bytes are copied exactly once, straight into the preallocated result (a
-    non-contiguous array is gathered by that same copy).  A ``bytearray`` is returned because
-    converting it to ``bytes`` would copy everything a second time; pass it to ``bytes()``
-    if an immutable value is needed.  Raises ``TypeError`` for unsupported values.
+
+def _new_bytes(size):
+    """A new ``bytes`` object of ``size`` (> 0) bytes, not yet filled, and a writable uint8 view
+    of its contents, to fill before the object is handed to anyone. This is how C code makes a
+    bytes object without a second copy (``PyBytes_FromStringAndSize(NULL, size)``); the view
+    does not keep the object alive, so the caller holds both until it is filled. Where the C API
+    is not reachable (not CPython), a ``bytearray`` and its view."""
+    if _bytes_api is None:
+        out = bytearray(size)
+        return out, np.frombuffer(out, np.uint8)
+    new, address_of = _bytes_api
+    out = new(None, size)
+    return out, np.frombuffer((ctypes.c_ubyte * size).from_address(address_of(out)), np.uint8)
+
+
+def _load_bytes_api():
+    try:
+        api = ctypes.pythonapi
+        new, address_of = api.PyBytes_FromStringAndSize, api.PyBytes_AsString
+    except (AttributeError, OSError):
+        return None
+    new.restype, new.argtypes = ctypes.py_object, (ctypes.c_char_p, ctypes.c_ssize_t)
+    address_of.restype, address_of.argtypes = ctypes.c_void_p, (ctypes.py_object,)
+    return new, address_of
+
+
+_bytes_api = _load_bytes_api() if sys.implementation.name == "cpython" else None
+
+
+def dumps(obj, *, allow_pickle=False):
+    """Encode ``obj`` into one message and return it as ``bytes``.
+
+    A message of at least 64 KiB is allocated at its final size and filled before it is
+    returned, so each array's bytes are copied exactly once, straight into it (a
+    non-contiguous array is gathered by that same copy); a smaller one is joined from its
+    parts. :func:`loads` of it gives read-only arrays (``loads(bytearray(msg))`` writable
+    ones).  Raises ``TypeError`` for unsupported values.
     """
     arrays = []
     header = _encode(obj, arrays, 0, True, allow_pickle)
@@ -559,15 +592,21 @@ def dumps(obj, *, allow_pickle=False):
         offset = -(-end // ALIGNMENT) * ALIGNMENT
         offsets.append(offset)
         end = offset + a.nbytes
-    out = bytearray(end)
-    _PREFIX.pack_into(out, 0, _MAGIC, _VERSION, len(arrays), len(header))
-    struct.pack_into(f"<{len(arrays)}Q", out, _PREFIX.size, *offsets)
-    out[start:start + len(header)] = header
-    if arrays:
-        flat = np.frombuffer(out, np.uint8)
+    head = b"".join((_PREFIX.pack(_MAGIC, _VERSION, len(arrays), len(header)),
+                     struct.pack(f"<{len(arrays)}Q", *offsets), header))
+    if end < _FILLED_IN_PLACE:
+        parts, pos = [head], len(head)
         for a, offset in zip(arrays, offsets):
-            np.copyto(_shape(flat[offset:], a.dtype, a.shape, _is_fortran(a)), a)
-        del flat    # release the export so that the caller may resize the bytearray
+            parts += (bytes(offset - pos), a.tobytes("F" if _is_fortran(a) else "C"))
+            pos = offset + a.nbytes
+        return b"".join(parts)
+    out, flat = _new_bytes(end)
+    flat[:len(head)] = np.frombuffer(head, np.uint8)
+    pos = len(head)
+    for a, offset in zip(arrays, offsets):
+        flat[pos:offset] = 0    # the alignment gap: not what the allocator left there
+        np.copyto(_shape(flat[offset:], a.dtype, a.shape, _is_fortran(a)), a)
+        pos = offset + a.nbytes
     return out
 
 
@@ -575,8 +614,8 @@ def loads(buf, *, allow_pickle=False):
     """Decode a message made by :func:`dumps` from any buffer (bytes, bytearray, mmap, ...).
 
     Arrays are not copied: they are views into ``buf`` and keep it alive.  They are read-only
-    when ``buf`` is (``bytes``, a read-only mmap) and writable, sharing memory with ``buf``,
-    when it is writable (the ``bytearray`` returned by ``dumps``).  Raises ``ValueError`` if
+    when ``buf`` is (``bytes``, as ``dumps`` returns, a read-only mmap) and writable, sharing
+    memory with ``buf``, when it is writable (a ``bytearray``).  Raises ``ValueError`` if
     ``buf`` is not a complete, well-formed message.
     """
     flat = np.frombuffer(buf, np.uint8)

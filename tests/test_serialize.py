@@ -6,6 +6,7 @@ import math
 import mmap
 import struct
 import threading
+import tracemalloc
 import weakref
 
 import msgpack
@@ -389,14 +390,31 @@ def data_offset(arr, buf):
             - np.frombuffer(buf, np.uint8).__array_interface__["data"][0])
 
 
-def test_dumps_returns_bytearray_with_aligned_buffers():
-    arrays = [np.arange(n, dtype=dt) for n, dt in [(3, "u1"), (7, "f8"), (0, "i4"), (5, "c16")]]
+@pytest.mark.parametrize("big", [0, 100_000], ids=["joined", "filled-in-place"])
+def test_dumps_returns_bytes_with_aligned_buffers(big):
+    arrays = [np.arange(n, dtype=dt) for n, dt in [(3, "u1"), (7, "f8"), (0, "i4"), (5, "c16"),
+                                                    (big, "u1")]]
     buf = dumps(["pad" * 7, arrays])
-    assert type(buf) is bytearray
-    for out in loads(buf)[1]:
+    assert type(buf) is bytes                   # as issue 2 has it: dumps(obj) -> bytes
+    for a, out in zip(arrays, loads(buf)[1]):
+        np.testing.assert_array_equal(out, a)
         assert np.shares_memory(out, np.frombuffer(buf, np.uint8)) == (out.nbytes > 0)
         if out.nbytes:
             assert data_offset(out, buf) % 64 == 0
+    # the same message every time: the alignment gaps are zeros, not what memory held
+    assert dumps(["pad" * 7, arrays]) == buf
+    assert len(buf) > 64 * 1024 if big else len(buf) < 64 * 1024
+
+
+def test_dumps_copies_a_large_array_once():
+    a = np.ones(8 << 20, np.uint8)
+    tracemalloc.start()
+    try:
+        msg = dumps([a])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(msg) > a.nbytes and peak < 1.2 * a.nbytes     # the message, no second copy
 
 
 def test_loads_is_zero_copy_and_follows_buffer_writability():
@@ -409,13 +427,17 @@ def test_loads_is_zero_copy_and_follows_buffer_writability():
     with pytest.raises(ValueError):
         out[0] = 1
 
-    out = loads(msg)["a"]
-    assert out.flags.writeable and np.shares_memory(out, np.frombuffer(msg, np.uint8))
+    out = loads(msg)["a"]                       # dumps gives bytes: read-only views
+    assert not out.flags.writeable and np.shares_memory(out, np.frombuffer(msg, np.uint8))
+
+    rw = bytearray(msg)
+    out = loads(rw)["a"]
+    assert out.flags.writeable and np.shares_memory(out, np.frombuffer(rw, np.uint8))
     out[:] = -1
-    assert (loads(msg)["a"] == -1).all()        # writes go to the message itself
+    assert (loads(rw)["a"] == -1).all()         # writes go to the message itself
     assert (a >= 0).all()                       # and never back to the source array
 
-    out = loads(memoryview(msg)[:])["a"]
+    out = loads(memoryview(rw)[:])["a"]
     assert out.flags.writeable
 
 
