@@ -1334,8 +1334,9 @@ class CacheData(ProxyDataFlow):
     (shuffled at every pass when ``shuffle=True``; the first pass is in ``ds``'s order).
 
     A first pass that is stopped early does not leave a partial cache: the next pass reads ``ds``
-    again (tensorpack would serve the partial cache). Concurrent iteration while the cache is being
-    filled raises ``RuntimeError``. ``reset_state`` clears the cache.
+    again (tensorpack would serve the partial cache). Concurrent iteration raises
+    ``RuntimeError``, as in tensorpack, whether the pass fills the cache or reads it.
+    ``reset_state`` clears the cache.
     """
 
     def __init__(self, ds, shuffle=False):
@@ -1408,11 +1409,12 @@ class CacheData(ProxyDataFlow):
         else:
             order = range(len(self.buffer))
         buf = self.buffer
-        self._pos = start
-        for k in range(start, len(buf)):
-            self._pos = k + 1
-            yield buf[order[k]]
-        self._pass, self._pos = self._pass + 1, 0
+        with _guard_of(self):
+            self._pos = start
+            for k in range(start, len(buf)):
+                self._pos = k + 1
+                yield buf[order[k]]
+            self._pass, self._pos = self._pass + 1, 0
 
     def _fill(self, it, start):
         with _guard_of(self):

@@ -855,6 +855,16 @@ def test_cachedata_not_reentrant_while_filling():
     assert_not_reentrant(df)
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_cachedata_not_reentrant_when_reading_the_cache(shuffle):
+    # as tensorpack's guard: every pass, not only the one that fills the cache
+    df = CacheData(Counting(5), shuffle=shuffle)
+    df.reset_state()
+    assert len(lst(df)) == 5
+    assert_not_reentrant(df)
+    assert sorted(x[0] for x in lst(df)) == list(range(5))
+
+
 # ---------------------------------------------------------------- PrintData
 
 def test_printdata_prints_structure_and_passes_through(capsys, caplog):
