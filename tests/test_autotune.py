@@ -77,6 +77,37 @@ def test_does_not_grow_when_the_consumer_is_slow():
     assert sim.tuner.decisions == []
 
 
+def feed(tuner, t, seconds, wait, busy, rate=1000.0, step=0.01):
+    """Windows of ``wait`` and ``busy`` fractions (busy: of each worker) from ``t`` for
+    ``seconds``."""
+    end = t + seconds
+    while t < end:
+        t += step
+        if tuner.observe(t, wait * step, rate * step, busy * tuner.workers * step):
+            tuner.decide(t, in_flight=0)
+    return t
+
+
+def test_the_pipeline_filling_adds_no_worker():
+    # The first window: the consumer waits for the first full chunks (15 %) though it is the
+    # slower side; afterwards it never waits. No worker is added (one was, and taken back).
+    tuner = AutoTuner(max_workers=8, clock=lambda: 0.0)
+    t = feed(tuner, 0.0, 0.06, wait=0.15, busy=0.8)
+    t = feed(tuner, t, 3.0, wait=0.0, busy=0.8)
+    assert tuner.workers == 1 and tuner.decisions == []
+
+
+def test_the_first_grow_needs_two_windows_then_one_suffices():
+    tuner = AutoTuner(max_workers=8, clock=lambda: 0.0)
+    t = feed(tuner, 0.0, 0.06, wait=0.5, busy=1.0)
+    assert tuner.workers == 1                  # one window: maybe the pipeline filling
+    t = feed(tuner, t, 0.08, wait=0.5, busy=1.0)
+    assert tuner.workers == 2
+    # the trial gains: worker 2 is kept, and as the consumer still waits, worker 3 added at once
+    t = feed(tuner, t, 0.3, wait=0.5, busy=1.0, rate=2000.0)
+    assert [(d["from"], d["to"]) for d in tuner.decisions] == [(1, 2), (2, 2), (2, 3)]
+
+
 def test_backs_off_when_a_worker_brings_nothing():
     # Like a GIL-bound map in threads: one worker is all the pool can use.
     sim = Sim(work=0.002, consume=0.0001, max_workers=8, scale_limit=1).run(20)

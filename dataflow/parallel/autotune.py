@@ -20,6 +20,10 @@ The rules, in the spirit of tf.data's AUTOTUNE:
   worker is added.
 * After a change, measuring starts again only once the work that was in flight at the change
   has come back (it was queued for the old pool), so a trial judges the new pool.
+* The first grow after the pool starts needs two windows in a row that call for it: while the
+  pipeline fills, the consumer waits for the first full chunks whatever the pool's size (a
+  consumer slower than its one worker waited 15 % of the first window, which added a worker
+  that the trial then took back).
 * A trial whose throughput *fell* by more than a third is a disturbance (another process took
   the CPUs), not the effect of one more worker: it is measured again (twice at most).
 * The ceiling is forgotten when the work itself changes (the map's seconds per datapoint,
@@ -78,6 +82,7 @@ class AutoTuner:
         self._ceiling_hold = CEILING_HOLD
         self._retrials = 0
         self._quiet = 0
+        self._confirm = 1              # windows that must call for the first grow before it
         self._skip = 1                 # results to let pass before the next window starts:
         self._begin(self._t_start, delay=0.0)   # the first window starts at the first result
 
@@ -96,6 +101,7 @@ class AutoTuner:
             self.workers = self._trial[1]
         self._trial = None
         self._retrials = 0
+        self._confirm = 1
         self._skip = 1                            # not the workers' start-up
         self._window_s = FIRST_WINDOW
         self._begin(self._clock(), delay=0.0)
@@ -162,6 +168,10 @@ class AutoTuner:
             self._ceiling_per_item = None
         if delta == 0 and why is None:
             if n < self.ceiling and wait > GROW_WAIT and util > GROW_UTIL:
+                if self._confirm > 0:
+                    self._confirm -= 1             # the pipeline filling? see the next window
+                    self._begin(now, delay=0.0)
+                    return 0
                 delta = 1
                 self._trial = (rate, n, per_item)
                 why = f"consumer waited {wait:.0%} of the time, workers {util:.0%} busy"
@@ -170,6 +180,7 @@ class AutoTuner:
                 delta = -1
                 why = (f"consumer waited {wait:.0%}, workers {util:.0%} busy: {n - 1} would be "
                        f"{util * n / (n - 1):.0%} busy")
+        self._confirm = 0              # only the first window after the start is in doubt
         if delta:
             self._record(now, n, n + delta, why)
             self.workers = n + delta
