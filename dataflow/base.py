@@ -209,7 +209,7 @@ class DataFlow:
         super().__init_subclass__(**kwargs)
         _adopt_old_names(cls)       # get_data/size of pre-0.9 tensorpack code
         _count_for_replay(cls)      # a source that cannot say where it is (see the module doc)
-        _instrument_stats(cls)      # every dataflow records statistics (dataflow.stats)
+        _instrument_stats(cls, DataFlow)    # every dataflow records statistics
 
     def __iter__(self):
         raise NotImplementedError

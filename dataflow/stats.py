@@ -282,14 +282,20 @@ def _record(df, it):
     return out
 
 
-def instrument(cls):
-    """Make ``cls.__iter__`` (if ``cls`` defines one) record statistics. Called for every
-    subclass of :class:`~dataflow.DataFlow` (``__init_subclass__``).
+def instrument(cls, root):
+    """Make ``cls.__iter__`` record statistics: the one ``cls`` defines, or the one it takes
+    from a class that is no subclass of ``root`` (a mixin). Called for every subclass of
+    ``root``, :class:`~dataflow.DataFlow` (``__init_subclass__``).
 
     Only the ``__iter__`` that Python picks for the object's type records, so a subclass whose
     ``__iter__`` calls ``super().__iter__()`` counts its datapoints once. ``__iter__`` still runs
     at once when called (errors raised by it are raised by ``iter()``)."""
     orig = cls.__dict__.get("__iter__")
+    if orig is None:
+        owner = next((k for k in cls.__mro__ if "__iter__" in k.__dict__), None)
+        if owner is None or issubclass(owner, root):
+            return      # root's own, or one already instrumented where it was defined
+        orig = owner.__dict__["__iter__"]
     if not isinstance(orig, types.FunctionType) or getattr(orig, "_dataflow_instrumented", False):
         return
 

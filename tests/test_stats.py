@@ -140,6 +140,23 @@ def test_a_subclass_calling_super_iter_counts_once():
     assert D.stats(df)["produced"] == 20 and D.stats(df)["passes"] == 1
 
 
+def test_an_iter_from_a_mixin_counts():
+    class Numbers:                       # no DataFlow: a mixin that gives __iter__
+        def __iter__(self):
+            for i in range(10):
+                yield [i]
+
+    class Mixed(Numbers, D.DataFlow):
+        pass
+
+    class MixedChild(Mixed):
+        pass
+
+    for df in (Mixed(), MixedChild(), D.MapData(Mixed(), lambda dp: dp)):
+        assert len(list(df)) == 10
+        assert D.stats(df)["produced"] == 10 and D.stats(df)["passes"] == 1
+
+
 def test_every_stage_of_a_wide_pipeline():
     a, b = numbers(50), numbers(30)
     df = D.ConcatData([a, D.MapData(b, drop_odd)])
