@@ -384,6 +384,11 @@ class AugmentImageComponents(MapData):
         if isinstance(index, (str, bytes)) or not isinstance(index, Sequence) or not index:
             raise TypeError(f"AugmentImageComponents: index must be a non-empty sequence (a "
                             f"list, tuple, range or 1-D array) of components, got {index!r}")
+        if isinstance(coords_index, np.ndarray) and coords_index.ndim == 1:
+            coords_index = coords_index.tolist()
+        if isinstance(coords_index, (str, bytes)) or not isinstance(coords_index, Sequence):
+            raise TypeError(f"AugmentImageComponents: coords_index must be a sequence (a list, "
+                            f"tuple, range or 1-D array) of components, got {coords_index!r}")
         self.augs = as_augmentor_list(augmentors, "AugmentImageComponents")
         self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponents")
         super().__init__(ds, _AugmentComponents(self.augs, index, coords_index, copy,

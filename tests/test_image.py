@@ -280,6 +280,10 @@ def test_components_index_may_be_a_range_or_a_numpy_array():
     for bad in ("ab", 0, (), np.array([])):
         with pytest.raises(TypeError, match="index must be a non-empty sequence"):
             AugmentImageComponents(DataFromList(src, shuffle=False), [HFlip()], index=bad)
+    for bad in ("ab", 3):
+        with pytest.raises(TypeError, match=f"coords_index must be a sequence .* got {bad!r}"):
+            AugmentImageComponents(DataFromList(src, shuffle=False), [HFlip()], index=(1, 2),
+                                   coords_index=bad)
 
 
 def test_components_copy_false_and_tuple_datapoints():
