@@ -351,6 +351,21 @@ def test_a_result_the_consumer_cannot_load_raises_instead_of_hanging(no_leaks):
             list(df)
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_source_datapoint_the_worker_cannot_load_raises_instead_of_hanging(no_leaks,
+                                                                            on_error):
+    # the worker dropped the whole task as malformed, and the consumer waited for it forever
+    src = [[k] for k in range(12)]
+    src[5] = [LoadsNowhere()]
+    with D.MultiProcessMapData(D.DataFromList(src, shuffle=False), 2, lambda dp: dp,
+                               strict=True, on_error=on_error) as df:
+        df.reset_state()
+        with pytest.raises(ValueError, match="not a number") as info:
+            list(df)
+    assert any("loading datapoint #5 of the source" in n for n in info.value.__notes__)
+
+
 Pair = __import__("collections").namedtuple("Pair", "image label")
 
 

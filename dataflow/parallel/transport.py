@@ -15,14 +15,17 @@ goes either way; the check costs one handshake per connection and nothing per me
 cannot be taken over by someone else while the consumer holds it, and a worker never reconnects, so
 a worker cannot hand the secret to an impostor either. The first message of a worker is ``HELLO``:
 until it arrives the consumer sends it nothing (a bound socket without its peer would block).
-A malformed message is logged and dropped on either side (:class:`MalformedMessage`).
+A malformed message is logged and dropped on either side (:class:`MalformedMessage`), except
+that datapoints a message carried and its receiver cannot load are reported as failed.
 
 Messages are multipart; the first frame is a msgpack list whose first element says what it is:
 
-* consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header, pickled]`` + array
-  frames, where the chunk ``[[seq, index, datapoint], ...]`` is encoded with
+* consumer -> worker: ``[TASK, released_segment_ids, run, chunk_header, pickled, pairs]`` +
+  array frames, where the chunk ``[[seq, index, datapoint], ...]`` is encoded with
   :func:`dataflow.serialize.dumps_oob` (large arrays travel as extra frames; with
-  ``allow_pickle``, since both ends are private, see above); ``[RELEASE, released_segment_ids]``
+  ``allow_pickle``, since both ends are private, see above) and ``pairs`` are its ``[seq,
+  index]`` again, for the error when the chunk cannot be loaded (:class:`UnloadableTask`);
+  ``[RELEASE, released_segment_ids]``
   when segments come free and no task is going that way; ``[STOP]``.
 * worker -> consumer: ``[HELLO]`` once connected; ``[RESULTS, busy_seconds, new_segments,
   buffer_descs, results, pickled]`` where each result is ``[seq, kind, payload]``: the
@@ -55,7 +58,7 @@ from .. import serialize
 from .protocol import ERR, OK, WorkerError, pack_exception, unpack_exception
 
 __all__ = ["Endpoints", "make_context", "make_socket", "make_secret", "bind_private",
-           "connect_private", "Gatekeeper", "MalformedMessage", "TASK", "STOP", "RESULTS",
+           "connect_private", "Gatekeeper", "MalformedMessage", "UnloadableTask", "TASK", "STOP", "RESULTS",
            "FAILED", "RELEASE", "HELLO", "HELLO_FRAME", "encode_task", "encode_release", "decode_task", "encode_results",
            "decode_results", "encode_failure", "pickle_error", "unpickle_error"]
 
@@ -169,6 +172,29 @@ class MalformedMessage(ValueError):
         self.seqs = list(seqs)
 
 
+class UnloadableTask(MalformedMessage):
+    """A task whose envelope a worker read but whose datapoints it cannot load: an object the
+    consumer pickled and the worker cannot unpickle (a class of a module only the consumer has,
+    a ``__reduce__`` that fails there). The worker answers each datapoint with this error
+    (:meth:`results`), fatal, instead of dropping the task, which the consumer would have
+    waited for forever; ``released`` are the segments the message handed back all the same."""
+
+    def __init__(self, pairs, released, error):
+        super().__init__(f"a task of datapoints {[i for _, i in pairs]} that cannot be loaded "
+                         f"in the worker: {type(error).__name__}: {error}", [s for s, _ in pairs])
+        self.indices = {seq: index for seq, index in pairs}
+        self.released = released
+        self.error = error
+
+    def results(self):
+        """``(seq, ERR, WorkerError)`` for each datapoint of the task."""
+        err = WorkerError.from_exception(self.error, "")
+        return [(seq, ERR, WorkerError(
+            err.exc, err.tb, f"worker process {os.getpid()}, loading datapoint #{index} of the "
+            f"source as the consumer sent it (the worker cannot unpickle what it holds)",
+            fatal=True)) for seq, index in self.indices.items()]
+
+
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"      # where libzmq asks a context's ZAP handler
 _USERNAME = b"dataflow"
 
@@ -258,7 +284,9 @@ def encode_task(run, items, released):
                 raise TypeError(f"datapoint #{index} of the source cannot be sent to a worker "
                                 f"process: {e}") from None
         raise
-    return [_pack([TASK, released, run, header, pickled])] + frames
+    # the datapoints' numbers also travel outside what may fail to load (UnloadableTask)
+    pairs = [[seq, index] for seq, index, _ in items]
+    return [_pack([TASK, released, run, header, pickled, pairs])] + frames
 
 
 def encode_release(released):
@@ -278,8 +306,15 @@ def decode_task(frames):
         if msg[0] != TASK:
             raise ValueError(f"unknown message kind {msg[0]!r}")
         buffers = [bytearray(f) for f in frames[1:]]    # writable inputs, as in a thread
-        items = serialize.loads_oob(msg[3], buffers, allow_pickle=True, pickled=msg[4])
+        try:
+            items = serialize.loads_oob(msg[3], buffers, allow_pickle=True, pickled=msg[4])
+        except Exception as e:
+            # the unpickling error itself, not serialize's ValueError around it
+            cause = e.__cause__ if isinstance(e, ValueError) and e.__cause__ is not None else e
+            raise UnloadableTask([tuple(p) for p in msg[5]], list(msg[1]), cause) from None
         return TASK, list(msg[1]), msg[2], items
+    except UnloadableTask:
+        raise
     except Exception as e:
         raise MalformedMessage(f"malformed message from the consumer: {type(e).__name__}: {e}") \
             from None

@@ -73,6 +73,10 @@ def _take_messages(sock, pool, tasks):
             return True
         try:
             kind, released, run, items = transport.decode_task(frames)
+        except transport.UnloadableTask as e:
+            pool.release(e.released)
+            tasks.append((None, e))                  # answered with its error
+            continue
         except transport.MalformedMessage as e:
             logger.warning("worker process %d dropped a message: %s", os.getpid(), e)
             continue
@@ -143,11 +147,14 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
                 continue
             run, items = tasks.popleft()
             placed = pool.bytes_placed
-            indices = {seq: index for seq, index, _ in items}
-            with zero_copy.chunk():
-                # the chunk's results are sent together: each is detached from what the map
-                # function keeps (a reused buffer) as soon as it is made
-                results, busy = run_chunk(func, run, items, detach=detach_kept)
+            if run is None:                           # a task it could not load
+                results, indices, busy = items.results(), items.indices, 0.0
+            else:
+                indices = {seq: index for seq, index, _ in items}
+                with zero_copy.chunk():
+                    # the chunk's results are sent together: each is detached from what the
+                    # map function keeps (a reused buffer) as soon as it is made
+                    results, busy = run_chunk(func, run, items, detach=detach_kept)
             for frame in transport.encode_results(results, indices, busy, pool, desc):
                 sock.send(frame)
             zero_copy.observe(len(indices), pool.bytes_placed - placed)
