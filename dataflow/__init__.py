@@ -52,7 +52,7 @@ from .image import (AugmentImageComponent, AugmentImageComponents, AugmentImageC
 from . import imgaug
 
 # -- list(df) on dataflows of unknown length; resource errors of worker start-up (issue 15) --
-from .base import UnknownLengthError
+from .base import EndlessError, UnknownLengthError
 # -- another library's dataflow (tensorpack's) as an input of ours ---------------------------
 from .base import ForeignDataFlow
 from .parallel.resources import ResourceLimitError

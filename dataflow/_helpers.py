@@ -161,10 +161,9 @@ def add_note(exc, note):
 
 
 def endless(name):
-    """What ``len()`` of an endless dataflow raises: a plain ``NotImplementedError``, so that
-    ``list()`` fails at once (``base.UnknownLengthError``, also a ``TypeError``, would make it
-    iterate forever)."""
-    raise NotImplementedError(f"{name} is endless: len() is unavailable")
+    """``len()`` of an endless dataflow: raise ``base.EndlessError``."""
+    from .base import EndlessError      # (base imports this module)
+    raise EndlessError(f"{name} is endless: len() is unavailable")
 
 
 def progress_bar(**kwargs):

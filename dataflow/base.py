@@ -53,7 +53,7 @@ from .stats import instrument as _instrument_stats, tell_inputs as _tell_stats_i
 from .stats import tell_label as _tell_stats_label
 
 __all__ = ["DataFlow", "ProxyDataFlow", "RNGDataFlow", "DataFlowTerminated",
-           "DataFlowReentrantGuard", "UnknownLengthError", "ForeignDataFlow"]
+           "DataFlowReentrantGuard", "UnknownLengthError", "EndlessError", "ForeignDataFlow"]
 
 
 class UnknownLengthError(NotImplementedError, TypeError):
@@ -61,6 +61,15 @@ class UnknownLengthError(NotImplementedError, TypeError):
     ``NotImplementedError``, as in tensorpack, so ``except NotImplementedError`` still catches it,
     and a ``TypeError``, which ``list()``, ``tuple()``, ``sorted()`` and friends take to mean
     "no length: just iterate"."""
+
+
+class EndlessError(NotImplementedError):
+    """Raised by ``len()`` of a dataflow that never ends a pass (``RepeatedData(ds, -1)``,
+    ``DataFromQueue``, ``RemoteDataZMQ``; a runner, ``LocallyShuffleData`` or
+    ``MultiProcessMapAndBatchData`` over an input of unknown length): a plain
+    ``NotImplementedError``, not an :class:`UnknownLengthError` (also a ``TypeError``, which
+    ``list()`` takes for "no length: iterate"), so that ``list()`` of it fails at once instead
+    of running forever."""
 
 
 class DataFlowTerminated(BaseException):
@@ -415,7 +424,7 @@ class ForeignDataFlow(DataFlow):
     def __len__(self):
         try:
             return len(self.foreign)
-        except UnknownLengthError:
+        except (UnknownLengthError, EndlessError):
             raise
         except NotImplementedError as e:
             raise UnknownLengthError(str(e) or f"{type(self.foreign).__name__} does not know "

@@ -21,8 +21,8 @@ from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
 from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
                        func_name, is_int, pass_progress, position_mid_pass, progress_bar,
                        repeat_forever)
-from .base import (DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflows,
-                   mark_branches, random_stage)
+from .base import (DataFlow, DataFlowReentrantGuard, EndlessError, ProxyDataFlow, RNGDataFlow,
+                   as_dataflows, mark_branches, random_stage)
 from .collate import aggregate_batch, batch_numpy
 from .raw import _guard_of, _require_rng
 from .stats import print_stats as _print_stats, reset_stats as _reset_stats, stats_enabled
@@ -728,7 +728,7 @@ class RepeatedData(ProxyDataFlow):
 
     def __len__(self):
         if self.num == -1:
-            raise NotImplementedError("RepeatedData(num=-1) is infinite: len() is unavailable")
+            raise EndlessError("RepeatedData(num=-1) is infinite: len() is unavailable")
         return len(self.ds) * self.num
 
     _rep = 0                   # the pass of ds within this pass
@@ -1213,7 +1213,11 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
     _resume = None
 
     def __len__(self):
-        return len(self.ds) * self.num_reuse
+        n = dataflow_length(self.ds)
+        if n is None:
+            raise EndlessError("LocallyShuffleData: its input's length is unknown, and it reads "
+                               "its input forever, so a pass never ends")
+        return n * self.num_reuse
 
     def _shuffle_keyed(self, step):
         """Shuffle the buffer (and its keys alike) by a permutation that is a pure function

@@ -35,3 +35,27 @@ def test_the_error_type_is_both():
     with pytest.raises(D.UnknownLengthError, match="Plain does not know its length"):
         len(Plain())
     assert list(Plain()) == [[0]]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("make", [
+    lambda: D.RepeatedData(D.DataFromGenerator(_gen), -1),
+    lambda: D.LocallyShuffleData(D.DataFromGenerator(_gen), 2),
+    lambda: D.MapData(D.LocallyShuffleData(D.DataFromGenerator(_gen), 2), lambda dp: dp),
+    lambda: D.MultiProcessRunnerZMQ(D.DataFromGenerator(_gen), 2),
+    lambda: D.MultiThreadRunner(lambda: D.DataFromGenerator(_gen), 4, 2),
+    lambda: D.MultiProcessMapAndBatchData(D.DataFromGenerator(_gen), 2, lambda dp: dp, 2),
+], ids=["RepeatedData-1", "LocallyShuffleData", "MapData-over-it", "MultiProcessRunnerZMQ",
+        "MultiThreadRunner", "MultiProcessMapAndBatchData"])
+def test_list_of_an_endless_dataflow_fails_at_once(make, no_leaks):
+    # these never end a pass over an input of unknown length: list() ran forever on three
+    df = make()
+    try:
+        df.reset_state()
+        with pytest.raises(D.EndlessError, match="endless|never ends|infinite"):
+            list(df)
+        with pytest.raises(NotImplementedError):
+            len(df)
+        assert not issubclass(D.EndlessError, TypeError)
+    finally:
+        df.close()

@@ -5,7 +5,7 @@ import itertools
 
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
-from ..base import as_dataflow
+from ..base import EndlessError, as_dataflow
 from .._helpers import (check_int, dataflow_length, empty_pass_error, func_name, pass_progress,
                        position_mid_pass)
 from ..stats import tell_label
@@ -39,7 +39,8 @@ class _Tickets:
 
     def __len__(self):
         if self.length is None:
-            raise NotImplementedError("the runner's dataflow has no length")
+            raise EndlessError("the runner's dataflow has no length: the runner never ends a "
+                               "pass")
         return self.length
 
     def __iter__(self):

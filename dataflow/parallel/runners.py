@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import checkpoint as _ckpt
 from .. import config
-from ..base import as_dataflow
+from ..base import EndlessError, as_dataflow
 from .._helpers import (available_cpus, check_int, dataflow_length, is_int, position_mid_pass,
                        repeat_forever)
 from ..collate import aggregate_batch
@@ -308,7 +308,11 @@ class _Groups:
         self.ds.reset_state()
 
     def __len__(self):
-        return len(self.ds) // self.batch_size
+        n = dataflow_length(self.ds)
+        if n is None:
+            raise EndlessError("MultiProcessMapAndBatchData: its source's length is unknown, and "
+                               "it repeats the source forever, so a pass never ends")
+        return n // self.batch_size
 
     _resumed = False
 
