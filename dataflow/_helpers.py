@@ -160,12 +160,6 @@ def add_note(exc, note):
         exc.__notes__ = list(getattr(exc, "__notes__", ())) + [note]
 
 
-def endless(name):
-    """``len()`` of an endless dataflow: raise ``base.EndlessError``."""
-    from .base import EndlessError      # (base imports this module)
-    raise EndlessError(f"{name} is endless: len() is unavailable")
-
-
 def progress_bar(**kwargs):
     """A ``tqdm`` progress bar made with ``kwargs``, or None when tqdm is not installed.
 

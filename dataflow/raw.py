@@ -6,8 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
-from ._helpers import endless
-from .base import DataFlow, DataFlowReentrantGuard, RNGDataFlow, UnknownLengthError
+from .base import DataFlow, DataFlowReentrantGuard, EndlessError, RNGDataFlow, UnknownLengthError
 from .stats import Counted as _Counted
 
 __all__ = ["FakeData", "DataFromQueue", "DataFromList", "DataFromGenerator", "DataFromIterable"]
@@ -121,7 +120,7 @@ class DataFromQueue(DataFlow):
         self._guard = DataFlowReentrantGuard()
 
     def __len__(self):
-        endless("DataFromQueue")
+        raise EndlessError("DataFromQueue is endless: len() is unavailable")
 
     def __iter__(self):
         return _ckpt.replay_counted(self, self._gets)

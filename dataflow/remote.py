@@ -38,9 +38,9 @@ import weakref
 import zmq
 from zmq.utils import z85
 
-from ._helpers import check_int, endless, repeat_forever
+from ._helpers import check_int, repeat_forever
 from ._malloc import keep_freed_memory
-from .base import DataFlow, DataFlowReentrantGuard
+from .base import DataFlow, DataFlowReentrantGuard, EndlessError
 from .formats import codec
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ", "curve_keypair"]
@@ -261,7 +261,7 @@ class RemoteDataZMQ(DataFlow):
         self._active = weakref.WeakKeyDictionary()     # running iterations -> their stop
 
     def __len__(self):
-        endless("RemoteDataZMQ")
+        raise EndlessError("RemoteDataZMQ is endless: len() is unavailable")
 
     def __getstate__(self):
         state = dict(self.__dict__)
