@@ -153,6 +153,19 @@ def test_shared_memory_for_a_segment_refused():
     del info
 
 
+def test_out_of_file_descriptors_for_a_segment_names_the_limit():
+    # it said "free memory, reduce buffer_size": each segment the consumer maps holds a
+    # descriptor while results that use it are alive (list(df) of a long pipeline)
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    from dataflow.parallel import resources as R
+    for code in (errno.EMFILE, errno.ENFILE):
+        msg = R.segment_error(1 << 21, OSError(code, os.strerror(code)), "map")
+        assert msg.startswith("could not map 2097152 bytes of shared memory for a result ("), msg
+        assert f"open-files limit RLIMIT_NOFILE is {soft}" in msg and "ulimit -n" in msg, msg
+        assert "free memory" not in msg
+
+
 def test_segments_without_memfd_or_fallocate_reserve_their_blocks(tmp_path, monkeypatch):
     # macOS has neither: the file stayed sparse, and a full file system was a SIGBUS in the
     # worker at its first write instead of this error

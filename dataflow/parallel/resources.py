@@ -172,6 +172,15 @@ def segment_error(size, exc, where="reserve", directory=None):
             soft = "unknown"
         limit = f"the file-size limit RLIMIT_FSIZE is {soft} bytes: raise it (`ulimit -f " \
                 f"unlimited`), or make results smaller"
+    elif code in (errno.EMFILE, errno.ENFILE):
+        try:
+            import resource
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (ImportError, OSError):
+            soft = "unknown"
+        limit = (f"the open-files limit RLIMIT_NOFILE is {soft}, and each shared-memory segment "
+                 f"that results in use keep alive holds a file descriptor: raise it (`ulimit -n`), "
+                 f"or keep fewer results of the pipeline (copy the arrays you keep)")
     elif code == errno.ENOMEM and where == "map":
         try:
             import resource
