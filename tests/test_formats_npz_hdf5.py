@@ -1,5 +1,6 @@
 """NumpySerializer, HDF5Serializer/HDF5Data and SVMLightData: round trips, tensorpack 0.11's
 files both ways, and clear errors on bad input."""
+import itertools
 import json
 import os
 import subprocess
@@ -415,3 +416,31 @@ def test_hdf5data_resumes_exactly(tmp_path, shuffle):
     D.set_seed(None)
     assert got == ref
     assert (ref[:9] == list(range(9))) != shuffle
+
+
+def test_svmlight_shuffled_resumes_exactly_mid_pass(tmp_path):
+    # its state_dict() raised NotImplementedError, and a replay resume reused pass 0's order
+    path = tmp_path / "a.svm"
+    path.write_text("".join(f"{i} 1:{i}\n" for i in range(20)))
+
+    def labels(df, n=None):
+        return [float(dp[1]) for dp in (df if n is None else itertools.islice(df, n))]
+
+    D.set_seed(3)
+    df = D.SVMLightData(str(path))
+    df.reset_state()
+    labels(df)
+    whole = labels(df)                          # the second pass, uninterrupted
+    for k in (0, 1, 7, 20):
+        D.set_seed(3)
+        df = D.SVMLightData(str(path))
+        df.reset_state()
+        labels(df)
+        it = iter(df)
+        got = labels(it, k)
+        state = json.loads(json.dumps(df.state_dict()))
+        D.set_seed(3)
+        again = D.SVMLightData(str(path))
+        again.load_state_dict(state)
+        again.reset_state()
+        assert got + labels(again) == whole, k

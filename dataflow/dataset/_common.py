@@ -3,10 +3,9 @@ lazy import of an optional dependency with an error naming the ``datasets`` extr
 reading of a text list whose undecodable line is named."""
 import importlib
 
-import numpy as np
 
+from .. import checkpoint as _ckpt
 from ..base import RNGDataFlow
-from ..raw import _require_rng
 
 __all__ = ["IndexedDataset", "require", "read_lines"]
 
@@ -38,18 +37,22 @@ def read_lines(path):
     raise ValueError(f"{path}: not {encoding} text ({error})") from None
 
 
-class IndexedDataset(RNGDataFlow):
+class IndexedDataset(_ckpt.IndexedSource, RNGDataFlow):
     """Base of the readers: ``len(self)`` items, item ``k`` given by ``self._get(k)``; each pass
-    visits every item once, in a fresh random order from ``self.rng`` when ``self.shuffle``."""
+    visits every item once, in index order, or with ``self.shuffle`` in a fresh random order
+    (keyed by a seed drawn from ``self.rng`` and the pass, so that ``state_dict()`` is a
+    position and a resume is exact: :class:`~dataflow.checkpoint.IndexedSource`)."""
 
     shuffle = True
 
     def _get(self, k):
         raise NotImplementedError
 
+    def reset_state(self):
+        super().reset_state()
+        self._reset_indexed()
+
     def __iter__(self):
-        idxs = np.arange(len(self))
-        if self.shuffle:
-            _require_rng(self).shuffle(idxs)
-        for k in idxs:
-            yield self._get(k)
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        indices, start = self._pass_indices()
+        return self._counted_items((self._get(k) for k in indices), start)

@@ -3,18 +3,19 @@ import os
 
 import numpy as np
 
+from .. import checkpoint as _ckpt
 from ..base import RNGDataFlow
-from ..raw import _require_rng
 from ._files import require
 
 __all__ = ["SVMLightData"]
 
 
-class SVMLightData(RNGDataFlow):
+class SVMLightData(_ckpt.IndexedSource, RNGDataFlow):
     """Datapoints ``[x, y]`` of an SVMlight file: ``x`` a dense 1-D float64 row of the feature
     matrix, ``y`` its label (``np.float64``), as tensorpack yields them. The file is read fully
     in the constructor by ``sklearn.datasets.load_svmlight_file``. With ``shuffle`` each pass
-    uses a fresh random order from ``self.rng`` (call ``reset_state()`` first).
+    uses a fresh random order (call ``reset_state()`` first), keyed by a seed drawn from
+    ``self.rng`` and the pass, so that ``state_dict()`` is a position and a resume is exact.
     Needs scikit-learn (``pip install 'dataflow-rt[formats]'``), imported on construction."""
 
     def __init__(self, filename, shuffle=True):
@@ -33,9 +34,12 @@ class SVMLightData(RNGDataFlow):
     def __len__(self):
         return len(self.y)
 
+    def reset_state(self):
+        super().reset_state()
+        self._reset_indexed()
+
     def __iter__(self):
-        idxs = np.arange(len(self.y))
-        if self.shuffle:
-            _require_rng(self).shuffle(idxs)
-        for k in idxs:
-            yield [self.X[k, :], self.y[k]]
+        # the pass begins at iter(), not at the first next() (see checkpoint.PassPosition)
+        indices, start = self._pass_indices()
+        X, y = self.X, self.y
+        return self._counted_items(([X[k, :], y[k]] for k in indices), start)
