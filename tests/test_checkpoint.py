@@ -1097,6 +1097,27 @@ def test_stateful_dataloader_checkpoints_the_pipeline(no_leaks):
     assert got == ref
 
 
+@pytest.mark.torch
+def test_torch_adapter_state_dict_takes_replay_as_the_dataflows_does(no_leaks):
+    # its error said "Pass replay=True", and state_dict(replay=True) was a TypeError
+    from dataflow.integrations.torch import as_iterable_dataset
+
+    def build():
+        return as_iterable_dataset(D.DataFromGenerator(lambda: iter([[k] for k in range(6)])))
+
+    ds = build()
+    it = iter(ds)
+    got = [plain(next(it)) for _ in range(2)]
+    with pytest.raises(NotImplementedError, match="replay=True"):
+        ds.state_dict()
+    state = through_json(ds.state_dict(replay=True))
+    ds.close()
+    again = build()
+    again.load_state_dict(state)
+    assert got + [plain(x) for x in again] == [[k] for k in range(6)]
+    again.close()
+
+
 @pytest.mark.parametrize("strict, ordered", [(True, True), (True, False), (False, True),
                                              (False, False)])
 def test_load_into_a_running_pipeline(no_leaks, strict, ordered):

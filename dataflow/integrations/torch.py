@@ -128,11 +128,11 @@ class DataFlowIterableDataset(IterableDataset):
             if self.epochs is not None and self.epochs_started >= self.epochs:
                 self.close()           # the last epoch has ended (or was abandoned)
 
-    def state_dict(self):
-        """The dataflow's ``state_dict()`` and the epochs done (so that torchdata's
+    def state_dict(self, *, replay=False):
+        """The dataflow's ``state_dict(replay=replay)`` and the epochs done (so that torchdata's
         ``StatefulDataLoader(ds, batch_size=None, num_workers=0)`` checkpoints the pipeline);
         JSON types only."""
-        return {"dataflow": self.df.state_dict(),
+        return {"dataflow": self.df.state_dict(replay=replay),
                 "epochs_done": self.epochs_started - int(self._in_epoch)}
 
     def load_state_dict(self, state):
