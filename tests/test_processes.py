@@ -15,6 +15,7 @@ import gc
 import hashlib
 import multiprocessing as mp
 import os
+import re
 import signal
 import struct
 import sys
@@ -1160,6 +1161,25 @@ def test_runner_error_keeps_its_type(kind):
 
 
 # -- 9. map and batch ---------------------------------------------------------------------------
+def _fails_on_5(dp):
+    if dp[0] == 5:
+        raise KeyError(f"no {dp[0]}")
+    return dp
+
+
+@pytest.mark.timeout(30)
+def test_map_and_batch_errors_name_the_function_and_the_datapoint_of_the_batch(no_leaks):
+    # they said "map function _MapAndBatch on datapoint #k", k the group's number
+    with D.MultiProcessMapAndBatchData(numbers(12), 2, _fails_on_5, 3) as df:
+        df.reset_state()
+        with pytest.raises(KeyError, match="no 5") as info:
+            list(df)
+    notes = info.value.__notes__
+    assert "(raised on datapoint 2 of the 3 grouped into one batch)" in notes, notes
+    assert any(re.fullmatch(r"\(raised in map function _fails_on_5 on batch #\d+\)", n)
+               for n in notes), notes
+
+
 @pytest.mark.timeout(15)
 def test_map_and_batch_with_default_buffer():
     assert D.MultiProcessMapAndBatchDataZMQ is D.MultiProcessMapAndBatchData

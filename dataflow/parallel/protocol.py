@@ -366,6 +366,13 @@ def _emptied(reversed_items):
         yield reversed_items.pop()
 
 
+def _where(func, index, what="on"):
+    """"map function f on datapoint #k" for messages; a function whose inputs are not the
+    source's datapoints says what they are (``input_name``: "batch" for map-and-batch)."""
+    return f"map function {func_name(func)} {what} {getattr(func, 'input_name', 'datapoint')} " \
+           f"#{index}"
+
+
 def run_chunk(func, run, items, stop=None, detach=None):
     """Apply ``func`` to each ``(seq, index, datapoint)`` of ``items``, datapoints ``index`` of
     source run ``run`` (the key of their random streams, see :func:`dataflow.rng.datapoint_rng`).
@@ -402,14 +409,12 @@ def run_chunk(func, run, items, stop=None, detach=None):
         try:
             r = func(dp)
         except Exception as e:
-            out.append((seq, ERR, WorkerError.from_exception(
-                e, f"map function {func_name(func)} on datapoint #{index}")))
+            out.append((seq, ERR, WorkerError.from_exception(e, _where(func, index))))
         except SystemExit as e:       # a library's sys.exit() must not end the consumer
-            err = RuntimeError(f"map function {func_name(func)} raised SystemExit({e.code!r}) "
-                               f"on datapoint #{index}")
+            err = RuntimeError(f"{_where(func, index, f'raised SystemExit({e.code!r})')}")
             out.append((seq, ERR, WorkerError(
                 err, "".join(traceback.format_exception(type(e), e, e.__traceback__)),
-                f"map function {func_name(func)} on datapoint #{index}")))
+                _where(func, index))))
         else:
             if r is None:
                 out.append((seq, DROP, None))

@@ -15,8 +15,8 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from .. import config
 from ..base import EndlessError, as_dataflow
-from .._helpers import (available_cpus, check_int, dataflow_length, is_int, position_mid_pass,
-                       repeat_forever)
+from .._helpers import (add_note, available_cpus, check_int, dataflow_length, is_int,
+                       position_mid_pass, repeat_forever)
 from ..collate import aggregate_batch
 from .copies import Constant, CopiesRunner, OwnDataFlow, _Tickets
 from .executors import make_executor
@@ -349,13 +349,30 @@ class _Groups:
 
 
 class _MapAndBatch:
-    """The worker function of MultiProcessMapAndBatchData: map a group, batch the results."""
+    """The worker function of MultiProcessMapAndBatchData: map a group, batch the results.
+    Messages name the user's function (``__wrapped__``) and the group ("batch #k", see
+    ``protocol.run_chunk``); an error of the function also says which datapoint of the group."""
+
+    input_name = "batch"
 
     def __init__(self, map_func):
         self.map_func = map_func
 
+    @property
+    def __wrapped__(self):
+        return self.map_func
+
     def __call__(self, group):
-        mapped = [r for r in (self.map_func(dp) for dp in group) if r is not None]
+        f, mapped = self.map_func, []
+        for j, dp in enumerate(group):
+            try:
+                r = f(dp)
+            except Exception as e:
+                add_note(e, f"(raised on datapoint {j} of the {len(group)} grouped into one "
+                            f"batch)")
+                raise
+            if r is not None:
+                mapped.append(r)
         return aggregate_batch(mapped) if mapped else None
 
 
