@@ -411,7 +411,7 @@ def run_chunk(func, run, items, stop=None, detach=None):
         except Exception as e:
             out.append((seq, ERR, WorkerError.from_exception(e, _where(func, index))))
         except SystemExit as e:       # a library's sys.exit() must not end the consumer
-            err = RuntimeError(f"{_where(func, index, f'raised SystemExit({e.code!r})')}")
+            err = RuntimeError(_where(func, index, f"raised SystemExit({e.code!r}) on"))
             out.append((seq, ERR, WorkerError(
                 err, "".join(traceback.format_exception(type(e), e, e.__traceback__)),
                 _where(func, index))))
