@@ -127,6 +127,14 @@ class TestDataSpeed(ProxyDataFlow):
         return self.start()
 
 
+def _check_multiprocessing(who, flag):
+    """``python_multiprocessing`` as a bool (numpy's included), else ``TypeError``: a string such
+    as ``"yes"`` or ``"False"`` would be taken by its truth."""
+    if isinstance(flag, (bool, np.bool_)):
+        return bool(flag)
+    raise TypeError(f"{who}: python_multiprocessing must be True or False, got {flag!r}")
+
+
 def _check_workers(who, n):
     """``n`` if it is a valid ``num_parallel_workers`` (None, ``"auto"`` or an int >= 0), else
     ``ValueError``."""
@@ -179,6 +187,7 @@ class BatchData(ProxyDataFlow):
         self.use_list = use_list
         self._mapped = None
         _check_workers("BatchData", num_parallel_workers)
+        python_multiprocessing = _check_multiprocessing("BatchData", python_multiprocessing)
         if per_batch_map is not None:
             self._mapped = MapData(_Batches(self), per_batch_map,
                                    num_parallel_workers=num_parallel_workers,
@@ -528,6 +537,9 @@ class MapData(ProxyDataFlow):
         # "auto" (autotuned workers) is placed like any parallel map
         placed = 1 if _check_workers("MapData", num_parallel_workers) == "auto" \
             else num_parallel_workers
+        # validated here for every executor, the serial one included (which does not use them)
+        python_multiprocessing = _check_multiprocessing("MapData", python_multiprocessing)
+        check_int("max_restarts", max_restarts, 0)
         self.executor = choose_executor(ops, placed, python_multiprocessing)
         logger.debug("MapData: %s", describe_choice(ops, placed, python_multiprocessing))
         self.func = func if callable(func) else Compose(fuse(ops))

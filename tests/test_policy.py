@@ -146,6 +146,24 @@ def test_mapdata_and_batchdata_refuse_a_bad_worker_count(bad):
         BatchData(src, 1, num_parallel_workers=bad)
 
 
+@pytest.mark.parametrize("bad", ["yes", "False", None, 1])
+def test_mapdata_and_batchdata_refuse_a_multiprocessing_flag_that_is_no_bool(bad):
+    # "False" and 1 were taken by their truth, serial maps accepted anything
+    src = DataFromList([[1]])
+    for make, who in ((lambda: MapData(src, py_fn, python_multiprocessing=bad), "MapData"),
+                      (lambda: BatchData(src, 1, python_multiprocessing=bad), "BatchData")):
+        with pytest.raises(TypeError, match=f"{who}: python_multiprocessing must be True or "
+                                            f"False, got {bad!r}"):
+            make()
+    assert MapData(src, py_fn, python_multiprocessing=np.bool_(True)).executor == "serial"
+
+
+@pytest.mark.parametrize("bad", [-1, "x", 1.5])
+def test_a_serial_mapdata_checks_max_restarts_as_a_parallel_one(bad):
+    with pytest.raises(ValueError, match=f"max_restarts must be an int >= 0, got {bad!r}"):
+        MapData(DataFromList([[1]]), py_fn, max_restarts=bad)
+
+
 # -- the native marker ----------------------------------------------------------------------------
 
 def test_native_marks_function_in_place():
