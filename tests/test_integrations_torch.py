@@ -106,6 +106,14 @@ def test_epochs_must_be_positive():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="epochs"):
             integration.as_iterable_dataset(numbers(), epochs=bad)
+    assert integration.as_iterable_dataset(numbers(), epochs=np.int64(2)).epochs == 2
+
+
+def test_what_is_no_dataflow_is_refused_when_made():
+    # a list or None failed only at the first iter(), with an AttributeError
+    for bad in ([[1], [2]], None, 3):
+        with pytest.raises(TypeError, match="as_iterable_dataset needs a DataFlow"):
+            integration.as_iterable_dataset(bad)
 
 
 def test_reset_state_once_lazily():

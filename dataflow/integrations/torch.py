@@ -25,6 +25,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._helpers import is_int
+
 try:
     import torch
     from torch.utils.data import IterableDataset, get_worker_info
@@ -80,11 +82,14 @@ class DataFlowIterableDataset(IterableDataset):
     :func:`as_iterable_dataset`, which documents it."""
 
     def __init__(self, df, epochs=None):
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
-                                   or epochs < 1):
+        if not (callable(getattr(df, "reset_state", None))
+                and callable(getattr(df, "__iter__", None))):
+            raise TypeError(f"as_iterable_dataset needs a DataFlow (an object with __iter__ and "
+                            f"reset_state), got {type(df).__name__}: {df!r:.60}")
+        if epochs is not None and (not is_int(epochs) or epochs < 1):
             raise ValueError(f"epochs must be None or a positive int, got {epochs!r}")
         self.df = df
-        self.epochs = epochs
+        self.epochs = None if epochs is None else int(epochs)
         self.epochs_started = 0
         self.closed = False
         self._reset_in_pid = None      # the process where df.reset_state() was called
