@@ -746,6 +746,7 @@ class RepeatedData(ProxyDataFlow):
     _rep = 0                   # the pass of ds within this pass
     _resume = None
     _resume_mid_pass = False   # the loaded position of ds is inside a pass of it
+    _who = "RepeatedData(num=-1)"   # in an empty pass's error (LocallyShuffleData: its own name)
 
     def __iter__(self):
         first, self._rep = (self._resume or 0), 0
@@ -762,7 +763,7 @@ class RepeatedData(ProxyDataFlow):
                     got = True
                     yield dp
                 if not got and pass_progress(self.ds) == mark:
-                    raise empty_pass_error("RepeatedData(num=-1)", self.ds)
+                    raise empty_pass_error(self._who, self.ds)
                 self._rep, got = self._rep + 1, False
         else:
             for k in range(first, self.num):
@@ -1201,6 +1202,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                                               shuffle_interval, 1)
         self.num_reuse = check_int("LocallyShuffleData: num_reuse", num_reuse, 1)
         self._inf_ds = RepeatedData(ds, -1)
+        self._inf_ds._who = "LocallyShuffleData"
         self._inf_iter = None
         self._iter_cnt = 0
         self._guard = None

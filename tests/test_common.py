@@ -777,6 +777,15 @@ def test_locallyshuffle_without_shuffle_is_a_delayed_fifo():
     assert flat(take(df, 3)) == [0, 1, 2]
 
 
+def test_locallyshuffle_over_an_empty_input_names_itself():
+    # the error named RepeatedData(num=-1), which the user never built
+    df = LocallyShuffleData(DataFromList([], shuffle=False), 3)
+    df.reset_state()
+    with pytest.raises(ValueError, match="LocallyShuffleData: a pass of DataFromList produced "
+                                         "no datapoint"):
+        next(iter(df))
+
+
 def test_locallyshuffle_num_reuse():
     df = LocallyShuffleData(Counting(5), buffer_size=3, num_reuse=2, shuffle_interval=10 ** 9)
     df.reset_state()
