@@ -151,6 +151,8 @@ def parse_args(argv):
                 "only workloads img and fbresnet)")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    if args.timeout is not None and not args.timeout > 0:
+        p.error("--timeout must be a number of seconds > 0")
     return args
 
 

@@ -243,6 +243,8 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--limit", type=int, help="use only N of the images (smoke tests)")
     args = p.parse_args(argv)
+    if args.data and not Path(args.data).is_dir():
+        p.error(f"--data {args.data}: no such folder")
     if min(args.workers, args.batch_size, args.epochs, args.limit or 1) < 1:
         p.error("--workers, --batch-size, --epochs and --limit must be positive")
 

@@ -178,6 +178,8 @@ def main(argv=None):
     p.add_argument("--limit", type=int, help="use only N images (smoke tests)")
     p.add_argument("--seed", type=int, help="make the augmentation reproducible")
     args = p.parse_args(argv)
+    if args.data and not Path(args.data).is_dir():
+        p.error(f"--data {args.data}: no such folder")
     if args.seed is not None:
         dataflow.set_seed(args.seed)
     files, wnids = list_train_images(args.data or synthetic_root())

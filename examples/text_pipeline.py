@@ -140,6 +140,8 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--limit", type=int, help="use only the first N lines (smoke tests)")
     args = p.parse_args(argv)
+    if args.data and not Path(args.data).is_file():
+        p.error(f"--data {args.data}: no such file")
     if min(args.workers, args.epochs, args.limit or 1) < 1:
         p.error("--workers, --epochs and --limit must be positive")
 

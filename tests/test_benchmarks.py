@@ -212,3 +212,12 @@ def test_img_map_functions_make_the_same_batch_items():
     assert b.shape == (3, 224, 224) and b.dtype == np.float32 and b.flags.c_contiguous
     np.testing.assert_allclose(b, want, rtol=1e-6, atol=1e-6)
     assert workloads._check_img_batch([np.stack([a, b] * 16), np.arange(32)])
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "nan"])
+def test_a_timeout_that_is_no_time_is_a_usage_error(bad, capsys):
+    # 0 or -5 were taken, and every run then read "hung: the fork server stopped answering"
+    with pytest.raises(SystemExit) as info:
+        harness.parse_args(["--timeout", bad])
+    assert info.value.code == 2
+    assert "--timeout must be a number of seconds > 0" in capsys.readouterr().err

@@ -176,3 +176,17 @@ def test_resume_training_consumes_what_an_uninterrupted_run_does(tmp_path, seed)
     assert "killed with SIGKILL after step" in out
     assert "consumed the same datapoints, in the same order" in out
     assert "weights equal: True" in out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name, what", [("image_pipeline.py", "folder"),
+                                        ("imagenet_pipeline.py", "folder"),
+                                        ("text_pipeline.py", "file")])
+def test_a_missing_data_path_is_a_usage_error(tmp_path, name, what):
+    # it ended in a FileNotFoundError traceback
+    env = dict(os.environ, DATAFLOW_CACHE=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(EXAMPLES / name), "--data", str(tmp_path / "none")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"--data {tmp_path / 'none'}: no such {what}" in r.stderr, r.stderr
