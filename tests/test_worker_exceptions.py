@@ -286,3 +286,22 @@ def test_threads_stop_when_a_dataflow_that_raised_is_dropped_without_close(make)
     for t in started:
         t.join(timeout=10)
     assert not [t.name for t in started if t.is_alive()]
+
+
+def test_a_copy_of_a_main_class_comes_back_as_the_scripts_class(monkeypatch):
+    # a worker that does not share the script's __main__ (a Ray actor) pickles the class by
+    # value: `except MyError` in the script did not catch the copy that came back
+    main = type(sys)("__main__")
+
+    class MyError(Exception):
+        pass
+
+    MyError.__module__, MyError.__qualname__ = "__main__", "MyError"
+    main.MyError = MyError
+    copy = type("MyError", (Exception,), {"__module__": "__main__", "__qualname__": "MyError",
+                                          "code": None})
+    exc = copy("boom")
+    exc.code = 7
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    got = unpack_exception(pack_exception(exc))
+    assert type(got) is MyError and got.args == ("boom",) and got.code == 7

@@ -222,8 +222,29 @@ def unpack_exception(data):
                     setattr(exc, name, value)
                 except Exception:
                     pass
+    if module == "__main__":
+        exc = _as_main_class(exc, qualname)
     for note in notes:
         add_note(exc, note)
+    return exc
+
+
+def _as_main_class(exc, qualname):
+    """``exc`` as an instance of this process's ``__main__`` class ``qualname`` when it was
+    rebuilt from a copy of that class: a worker that does not share our ``__main__`` (a Ray
+    actor) pickles the class by value, and ``except MyError`` in the script would not catch
+    the copy."""
+    real = sys.modules.get("__main__")
+    for part in qualname.split("."):
+        real = getattr(real, part, None)
+    cls = type(exc)
+    if not isinstance(real, type) or real is cls or not issubclass(real, BaseException) \
+            or cls.__qualname__ != real.__qualname__:
+        return exc
+    try:
+        exc.__class__ = real            # the same layout: args and attributes are kept
+    except TypeError:
+        pass
     return exc
 
 
