@@ -6,6 +6,7 @@ seconds, each executor's actors a fraction of one.
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,14 +119,17 @@ def test_dataflow_never_imports_ray_and_says_how_to_install_it():
 
 
 _KILLED_DRIVER = """
-import os, sys
+import os, subprocess, sys
 import dataflow as D
+import dataflow.parallel.ray as r
 df = D.RayMapData(D.DataFromList([[i] for i in range(10 ** 6)], shuffle=False), 2,
                   lambda dp: [dp[0] * 2])
 df.reset_state()
 it = iter(df)
 next(it)
-print(os.environ["DATAFLOW_RAY_INSTANCE"], flush=True)
+assert "DATAFLOW_RAY_INSTANCE" not in os.environ    # Ray's processes have it, ours must not
+mine = subprocess.Popen(["sleep", "120"], start_new_session=True)  # the user's, not Ray's
+print(r._started_dir, mine.pid, flush=True)
 sys.stdin.read()                    # until the test kills this process
 """
 
@@ -140,18 +144,31 @@ def test_a_killed_driver_leaves_no_ray_process_and_no_files():
     env.pop("RAY_ADDRESS", None)
     driver = subprocess.Popen([sys.executable, "-c", _KILLED_DRIVER], env=env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    mine = None
     try:
-        temp_dir = driver.stdout.readline().strip()
+        temp_dir, mine = driver.stdout.readline().split()
+        mine = int(mine)
         assert temp_dir and os.path.isdir(temp_dir), driver.wait(60)
         assert ray_reaper.instance_pids(temp_dir), "no process of Ray carries the mark"
+        assert mine not in ray_reaper.instance_pids(temp_dir)
     finally:
         driver.kill()
         driver.wait()
         driver.stdin.close()
         driver.stdout.close()
-    assert wait_until(lambda: not os.path.exists(temp_dir), seconds=30), \
-        f"{temp_dir} is still there"
-    assert ray_reaper.instance_pids(temp_dir) == []
+    try:
+        assert wait_until(lambda: not os.path.exists(temp_dir), seconds=30), \
+            f"{temp_dir} is still there"
+        assert ray_reaper.instance_pids(temp_dir) == []
+        # the reaper ended Ray's processes, not one the user started after Ray (they carried
+        # the mark, from the driver's environment: the reaper ended them too)
+        os.kill(mine, 0)
+    finally:
+        if mine is not None:
+            try:
+                os.kill(mine, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 _PRIVATE_INSTANCE = """

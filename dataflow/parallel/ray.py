@@ -93,6 +93,7 @@ _RELEASE_WAIT = 2.0
 _RELEASE_POLL = 0.02
 
 _started_ray = False        # whether this process started the Ray instance it is connected to
+_started_dir = None         # the private directory of that instance (when we started it)
 _last_kill = None           # time.monotonic() of this process's last RayExecutor.close()
 _actor_class = None         # _ActorBody made a Ray actor class, once
 
@@ -115,7 +116,7 @@ def started_ray():
 def ensure_ray(address=None, num_cpus=None):
     """Connect to Ray unless already connected: to ``address`` or ``$RAY_ADDRESS`` if given,
     else a new local instance (no dashboard) with ``num_cpus`` CPUs at least. Returns ``ray``."""
-    global _started_ray
+    global _started_ray, _started_dir
     ray = import_ray()
     if ray.is_initialized():
         if address is not None:
@@ -130,12 +131,17 @@ def ensure_ray(address=None, num_cpus=None):
         # go to a private directory, removed at exit once the instance is down.
         # If this process is killed instead, a reaper process stops what is left of the
         # instance and removes the directory (see .ray_reaper).
-        temp_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
+        temp_dir = _started_dir = tempfile.mkdtemp(prefix="dataflow-ray-")
         reaper = ray_reaper.start(temp_dir)
         atexit.register(_shut_down_and_remove, ray, temp_dir, reaper)
         _private_local_instance(ray)
-        ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
-                 _temp_dir=temp_dir)
+        try:
+            ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
+                     _temp_dir=temp_dir)
+        finally:
+            # Ray's processes have the mark now (those it starts later inherit it from them);
+            # the user's processes started from here on must not, or the reaper ends them
+            ray_reaper.unmark()
         _started_ray = True
     return ray
 

@@ -11,8 +11,8 @@ isolated mode, so it neither imports ``dataflow`` nor shares a process group wit
 It blocks on a pipe whose only write end the driver holds, and the kernel closes that end
 however the driver ends. Then it stops every process of the instance (:func:`instance_pids`:
 those holding a file of the directory open, or whose environment carries the instance's mark,
-``DATAFLOW_RAY_INSTANCE=<directory>``, set by the driver before Ray starts anything and absent
-from the reaper's own environment), SIGTERM first and SIGKILL for what is left after
+``DATAFLOW_RAY_INSTANCE=<directory>``, set by the driver while Ray starts and absent from the
+reaper's own environment and from the driver's afterwards), SIGTERM first and SIGKILL for what is left after
 :data:`GRACE` seconds, removes the directory, and exits.
 After a normal exit it finds nothing left to stop. Processes are found through ``/proc`` (Linux);
 elsewhere the reaper only removes the directory.
@@ -51,7 +51,8 @@ if hasattr(os, "register_at_fork"):
 
 def start(temp_dir):
     """Start the reaper of the instance whose files go to ``temp_dir``, and mark this process's
-    environment so that every process Ray starts from now on carries the mark. Returns the
+    environment so that every process Ray starts from now on carries the mark (until
+    :func:`unmark`, called once Ray has started). Returns the
     reaper's ``Popen``: keep it referenced for as long as the instance runs (closing its stdin
     tells the reaper the instance is over); :func:`stop` ends it."""
     env = {k: v for k, v in os.environ.items() if k != MARK}
@@ -62,6 +63,14 @@ def start(temp_dir):
     os.environ[MARK] = temp_dir
     _write_ends.add(reaper.stdin.fileno())
     return reaper
+
+
+def unmark():
+    """Take the mark out of this process's environment once Ray has started its processes
+    (the GCS and the raylet, which start the instance's other processes with their own
+    environment): a process this one starts afterwards (the user's, a fork server) is not the
+    instance's, and the reaper must not stop it."""
+    os.environ.pop(MARK, None)
 
 
 def stop(reaper, timeout=10.0):
