@@ -183,6 +183,10 @@ with D.RayMapData(D.DataFromList([[i] for i in range(20)], shuffle=False), 2,
     assert list(df) == [[i * 2] for i in range(20)]
 assert started_ray()
 node = ray._private.worker._global_node
+# Ray makes its own directory 0777; ours above it stays private (no one else may enter)
+import stat, dataflow.parallel.ray as r
+assert stat.S_IMODE(os.stat(r._started_dir).st_mode) == 0o700
+assert os.path.dirname(node.get_temp_dir_path()) == r._started_dir
 ours = {os.getpid()}
 for p in psutil.process_iter(["pid", "cmdline"]):
     try:
@@ -738,6 +742,7 @@ def test_address_local_starts_the_private_instance(monkeypatch):
     monkeypatch.setattr(dray, "_private_local_instance", lambda ray: calls.append("private"))
     monkeypatch.setattr(dray.atexit, "register", lambda *a: None)
     monkeypatch.setattr(dray, "_started_ray", False)
+    monkeypatch.setattr(dray, "_started_dir", None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     dray.ensure_ray("local")
     monkeypatch.setenv("RAY_ADDRESS", "local")
@@ -748,4 +753,5 @@ def test_address_local_starts_the_private_instance(monkeypatch):
     assert calls[2] == "private" and "_temp_dir" in calls[3]
     assert calls[4] == {"address": None}
     for d in (calls[1]["_temp_dir"], calls[3]["_temp_dir"]):
-        os.rmdir(d)
+        assert os.path.basename(d) == "ray"         # inside our private directory
+        os.rmdir(os.path.dirname(d))

@@ -136,8 +136,10 @@ def ensure_ray(address=None, num_cpus=None):
         atexit.register(_shut_down_and_remove, ray, temp_dir, reaper)
         _private_local_instance(ray)
         try:
+            # Ray makes its directory (and its sockets' and logs' directories) writable by
+            # every user: it goes one level down, in ours, which stays 0700
             ray.init(num_cpus=max(available_cpus(), num_cpus or 1), include_dashboard=False,
-                     _temp_dir=temp_dir)
+                     _temp_dir=os.path.join(temp_dir, "ray"))
         finally:
             # Ray's processes have the mark now (those it starts later inherit it from them);
             # the user's processes started from here on must not, or the reaper ends them
