@@ -725,6 +725,15 @@ def test_state_of_process_copies_resumes_in_ray_actors_and_back(ray_session):
     ckr.check_copies(got, made)
 
 
+@pytest.mark.parametrize("bad", [123, b"host:6379", ["host:6379"]])
+def test_an_address_that_is_no_string_is_refused_when_built(bad):
+    # Ray's own error came at the first pass: "argument of type 'int' is not iterable"
+    for make in (lambda: D.RayMapData(D.DataFromList([[1]]), 1, lambda d: d, address=bad),
+                 lambda: D.RayRunner(D.DataFromList([[1]]), 1, address=bad)):
+        with pytest.raises(TypeError, match=r"address must be None or a Ray address string"):
+            make()
+
+
 def test_address_local_starts_the_private_instance(monkeypatch):
     # "local" (argument or $RAY_ADDRESS) asks for a new local instance: ours, on loopback in a
     # private directory, not Ray's default one listening on every interface

@@ -113,6 +113,15 @@ def started_ray():
     return _started_ray
 
 
+def _checked_address(address):
+    """``address`` if it is None or a string (Ray's "host:port", "ray://host:port", "auto",
+    "local"), else ``TypeError`` naming it (Ray's own error, at the first pass, did not)."""
+    if address is None or isinstance(address, str):
+        return address
+    raise TypeError(f"address must be None or a Ray address string (\"host:port\", "
+                    f"\"ray://host:port\", \"auto\", \"local\"), got {address!r}")
+
+
 def ensure_ray(address=None, num_cpus=None):
     """Connect to Ray unless already connected: to ``address`` or ``$RAY_ADDRESS`` if given,
     else a new local instance (no dashboard) with ``num_cpus`` CPUs at least. Returns ``ray``."""
@@ -604,7 +613,7 @@ class RayMapData(_RayChunks, ParallelMapData):
                          timeout=timeout)
         _check_max_restarts(max_restarts)
         num_cpus_per_worker = _check_cpus(num_cpus_per_worker)
-        self.address = address
+        self.address = _checked_address(address)
         self.max_restarts = max_restarts
         self.num_cpus_per_worker = num_cpus_per_worker
         if config.debug_mode():
@@ -640,7 +649,7 @@ class RayRunner(_RayChunks, CopiesRunner):
         _check_max_restarts(max_restarts)
         num_cpus_per_worker = _check_cpus(num_cpus_per_worker)
         import_ray()
-        self.address = address
+        self.address = _checked_address(address)
         self.max_restarts = max_restarts
         self.num_cpus_per_worker = num_cpus_per_worker
         super().__init__(ds, num_workers, num_prefetch, timeout=timeout)
