@@ -51,6 +51,8 @@ def test_list_of_an_endless_dataflow_fails_at_once(make, no_leaks):
     # these never end a pass over an input of unknown length: list() ran forever on three
     df = make()
     try:
+        with pytest.raises(D.EndlessError, match="endless|never ends|infinite"):
+            len(df)                 # before reset_state() too (MultiThreadRunner's was not)
         df.reset_state()
         with pytest.raises(D.EndlessError, match="endless|never ends|infinite"):
             list(df)

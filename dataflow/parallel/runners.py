@@ -162,7 +162,11 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
 
     def __len__(self):
         if self._state is None:
-            return len(self._model_df())
+            n = dataflow_length(self._model_df())
+            if n is None:
+                raise EndlessError("the runner's dataflow has no length: the runner never ends "
+                                   "a pass")
+            return n
         return len(self.ds)
 
     def _result_bytes(self, value):
