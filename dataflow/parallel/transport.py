@@ -58,9 +58,10 @@ from .. import serialize
 from .protocol import ERR, OK, WorkerError, pack_exception, unpack_exception
 
 __all__ = ["Endpoints", "make_context", "make_socket", "make_secret", "bind_private",
-           "connect_private", "Gatekeeper", "MalformedMessage", "UnloadableTask", "TASK", "STOP", "RESULTS",
-           "FAILED", "RELEASE", "HELLO", "HELLO_FRAME", "encode_task", "encode_release", "decode_task", "encode_results",
-           "decode_results", "encode_failure", "pickle_error", "unpickle_error"]
+           "connect_private", "Gatekeeper", "MalformedMessage", "UnloadableTask", "TASK", "STOP",
+           "RESULTS", "FAILED", "RELEASE", "HELLO", "HELLO_FRAME", "encode_task", "encode_release",
+           "decode_task", "encode_results", "decode_results", "encode_failure", "pickle_error",
+           "unpickle_error"]
 
 logger = logging.getLogger("dataflow")
 
