@@ -18,6 +18,7 @@ import pytest
 
 import dataflow as D
 from dataflow import dataset
+from dataflow.dataset.download import get_dataset_path
 from dataflow.dataset import download as dl
 
 import cv2  # noqa: E402
@@ -323,6 +324,15 @@ def test_cifar_missing_or_corrupt_batch_is_named(tmp_path):
         dataset.Cifar10("test", dir=str(tmp_path))
 
 
+def test_cifar_corrupt_meta_file_is_named(tmp_path):
+    # a bare EOFError / UnpicklingError, far from the reader's construction
+    fake_cifar(tmp_path, 10)
+    df = dataset.Cifar10("train", dir=str(tmp_path))
+    (tmp_path / "cifar-10-batches-py" / "batches.meta").write_bytes(b"\x80\x02}q")
+    with pytest.raises(ValueError, match=r"batches\.meta: not a CIFAR meta file"):
+        df.get_label_names()
+
+
 def test_cifar_downloads_and_extracts_the_archive(no_leaks, dataset_dir, http_root,
                                                   monkeypatch, tmp_path):
     from dataflow.dataset import cifar
@@ -514,6 +524,22 @@ def test_tiny_imagenet(tmp_path):
     [(im, label)] = read_all(val)
     assert tuple(im[0, 0]) == color(2) and label == 150
     assert val.full_dir == tmp_path / "val"           # tensorpack's attribute, a Path
+    # a wnid twice (200 lines, 199 classes): one class read twice, a label never used
+    (tmp_path / "wnids.txt").write_text("\n".join(wnids[:199] + wnids[:1]) + "\n")
+    with pytest.raises(ValueError, match=r"wnids\.txt: 199 distinct wnids in 200 lines, "
+                                         r"expected 200"):
+        dataset.TinyImageNet(str(tmp_path), "train")
+
+
+def test_a_dataset_directory_variable_with_a_tilde_is_expanded(tmp_path, monkeypatch):
+    # "~/datasets" from a .env file or a Dockerfile's ENV made a folder named "~" here
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for var in ("DATAFLOW_DATASET", "TENSORPACK_DATASET"):
+        monkeypatch.delenv("DATAFLOW_DATASET", raising=False)
+        monkeypatch.setenv(var, "~/datasets")
+        assert get_dataset_path("mnist_data") == str(tmp_path / "datasets" / "mnist_data")
+        assert not (tmp_path / "~").exists()
 
 
 def test_places365_labels_are_sorted_class_names(tmp_path):

@@ -124,9 +124,16 @@ class CifarBase(IndexedDataset):
         folder = _LAYOUT[self.cifar_classnum][0]
         meta_file, key = _LAYOUT[self.cifar_classnum][6]
         path = os.path.join(self.dir, folder, meta_file)
-        with open(path, "rb") as f:
-            meta = pickle.load(f)
-        return [n.decode() if isinstance(n, bytes) else n for n in _get(meta, key)]
+        try:
+            with open(path, "rb") as f:
+                meta = pickle.load(f)
+            names = _get(meta, key)
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise ValueError(f"{path}: not a CIFAR meta file (truncated or corrupted?): "
+                             f"{type(e).__name__}: {e}") from e
+        return [n.decode() if isinstance(n, bytes) else n for n in names]
 
 
 class Cifar10(CifarBase):

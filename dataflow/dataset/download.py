@@ -31,8 +31,10 @@ TIMEOUT = 60        # seconds without progress before a download fails
 
 def get_dataset_path(*args):
     """The path ``args`` under the dataset directory (see the module doc)."""
-    base = (os.environ.get("DATAFLOW_DATASET") or os.environ.get("TENSORPACK_DATASET")
-            or os.path.expanduser("~/tensorpack_data"))
+    # ~ expanded in a variable's value too ("~/datasets" set in a .env file or a Dockerfile's
+    # ENV, where no shell expands it, made a folder named "~" in the working directory)
+    base = os.path.expanduser(os.environ.get("DATAFLOW_DATASET")
+                              or os.environ.get("TENSORPACK_DATASET") or "~/tensorpack_data")
     os.makedirs(base, exist_ok=True)
     return os.path.join(base, *args)
 

@@ -275,9 +275,9 @@ class TinyImageNet(IndexedDataset):
         self.full_dir = pathlib.Path(dir) / name      # tensorpack's attribute
         wnids = [line.strip() for line in read_lines(os.path.join(dir, "wnids.txt"))
                  if line.strip()]
-        if len(wnids) != 200:
-            raise ValueError(f"{os.path.join(dir, 'wnids.txt')}: {len(wnids)} wnids, "
-                             "expected 200")
+        if len(wnids) != 200 or len(set(wnids)) != 200:
+            raise ValueError(f"{os.path.join(dir, 'wnids.txt')}: {len(set(wnids))} distinct "
+                             f"wnids in {len(wnids)} lines, expected 200")
         index = {w: i for i, w in enumerate(wnids)}
         self.imglist = []
         if name == "train":
