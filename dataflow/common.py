@@ -9,6 +9,7 @@ from types import GeneratorType
 import logging
 import threading
 import time
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from copy import copy
@@ -279,10 +280,25 @@ class BatchData(ProxyDataFlow):
 
 
 class _Batches(DataFlow):
-    """The batches of a BatchData before its ``per_batch_map``."""
+    """The batches of a BatchData before its ``per_batch_map``.
+
+    It refers to its BatchData weakly: the BatchData holds it (through the map of
+    ``per_batch_map``), and a cycle would keep a dropped BatchData, and the map's workers, alive
+    until the garbage collector ran. A copy (pickle, ``copy``) refers to the copy of the
+    BatchData, which holds it in turn."""
 
     def __init__(self, batch_data):
-        self.batch_data = batch_data
+        self._batch_data = weakref.ref(batch_data)
+
+    @property
+    def batch_data(self):
+        return self._batch_data()
+
+    def __getstate__(self):
+        return {"batch_data": self.batch_data}
+
+    def __setstate__(self, state):
+        self._batch_data = weakref.ref(state["batch_data"])
 
     def reset_state(self):
         self.batch_data.ds.reset_state()

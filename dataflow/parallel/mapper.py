@@ -399,7 +399,7 @@ class ParallelMapData(ProxyDataFlow):
         st.expect = first
         before = 0                     # results of this pass handed over before a resume
         policy = self._policy = _ErrorPolicy(
-            self, st, self._source_len(), lambda: before + self._handed_since(first))
+            self, st, self._source_len(), lambda owner: before + owner._handed_since(first))
         source, index = self._begin_run(first), 0
         if self._resume is not None:
             r, self._resume = self._resume, None
@@ -487,7 +487,7 @@ class ParallelMapData(ProxyDataFlow):
             self._resume = dict(r, handled=0, open=False)
             self._resume["pass"] = r["pass"] + 1
             return
-        policy = self._policy = _ErrorPolicy(self, st, target, lambda: st.handled)
+        policy = self._policy = _ErrorPolicy(self, st, target, lambda owner: st.handled)
         if self._resume is not None:
             # results still out from before the load (a live pipeline) are discarded
             st.floor = st.expect = st.next_seq
@@ -710,10 +710,12 @@ class _ErrorPolicy:
     """``on_error`` and ``max_errors`` applied to the results of one pass, in hand-over order."""
 
     def __init__(self, owner, state, total, handed):
-        self.owner = owner
+        # a proxy: the owner holds this policy, and a cycle would keep a dropped map (its
+        # workers, sockets and shared memory) alive until the garbage collector ran
+        self.owner = weakref.proxy(owner)
         self.state = state            # the owner's _Pass of this pass
         self.total = total            # datapoints in the pass, when known
-        self.handed = handed          # () -> results of the pass handed over so far
+        self.handed = handed          # owner -> results of the pass handed over so far
         self.simple = owner.on_error != "replace"   # OK results need no bookkeeping
         self.seen = 0
         self.errors = 0
@@ -760,7 +762,7 @@ class _ErrorPolicy:
         if isinstance(limit, float):
             # of the results handed over so far (``seen`` counts only those the policy saw:
             # with "skip" it sees errors alone)
-            n = self.total if self.total is not None else self.handed()
+            n = self.total if self.total is not None else self.handed(self.owner)
             return self.errors > limit * n
         return self.errors > limit
 
