@@ -72,6 +72,19 @@ def check_int(name, value, minimum, whole_floats=False):
     return int(value)
 
 
+def check_flag(name, value):
+    """``bool(value)`` for a yes/no argument; ``TypeError`` naming ``name`` for a string, which
+    would be taken by its truth (``"False"`` is true)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+MAX_WORKERS = 4096
+"""The most workers a parallel dataflow takes (each is a thread or a process): a larger count is
+a mistake, and starting it would run until the system refused a thread or a process."""
+
+
 def check_positive_number(name, value, allow_none=False):
     """``value`` if it is a positive number (not a bool; a numpy one becomes a Python int or
     float), or ``None`` when allowed; else ``ValueError`` naming ``name``."""

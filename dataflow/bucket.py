@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import checkpoint as _ckpt
-from ._helpers import add_note
+from ._helpers import add_note, check_flag
 from .base import ProxyDataFlow, UnknownLengthError
 from .collate import batch_numpy
 
@@ -268,11 +268,12 @@ class BucketBatchData(ProxyDataFlow):
         if pad_to_bucket_boundary and not self.pad_specs:
             raise ValueError(f"{_NAME}: pad_to_bucket_boundary=True needs pad_info naming the "
                              "components to pad")
-        self.pad_to_bucket_boundary = bool(pad_to_bucket_boundary)
+        self.pad_to_bucket_boundary = check_flag(f"{_NAME}: pad_to_bucket_boundary",
+                                                 pad_to_bucket_boundary)
         # whether a boundary is used: not when every pad_shape is fully given (as MindSpore)
         self._pads_to_boundary = self.pad_to_bucket_boundary and any(
             s.to_boundary for s in self.pad_specs.values())
-        self.drop_remainder = bool(drop_remainder)
+        self.drop_remainder = check_flag(f"{_NAME}: drop_remainder", drop_remainder)
 
     def __len__(self):
         raise UnknownLengthError(f"{_NAME} does not know its length: the number of batches "

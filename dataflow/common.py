@@ -19,9 +19,9 @@ import numpy as np
 from . import checkpoint as _ckpt
 from . import rng as _rng
 from .rng import get_rng  # noqa: F401 (tensorpack's module has it)
-from ._helpers import (add_note, check_int, component, dataflow_length, empty_pass_error,
-                       func_name, is_int, pass_progress, position_mid_pass, progress_bar,
-                       repeat_forever)
+from ._helpers import (MAX_WORKERS, add_note, check_flag, check_int, component,
+                       dataflow_length, empty_pass_error, func_name, is_int, pass_progress,
+                       position_mid_pass, progress_bar, repeat_forever)
 from .base import (DataFlow, DataFlowReentrantGuard, EndlessError, ProxyDataFlow, RNGDataFlow,
                    as_dataflows, mark_branches, random_stage)
 from .collate import aggregate_batch, batch_numpy
@@ -137,12 +137,12 @@ def _check_multiprocessing(who, flag):
 
 
 def _check_workers(who, n):
-    """``n`` if it is a valid ``num_parallel_workers`` (None, ``"auto"`` or an int >= 0), else
-    ``ValueError``."""
-    if n is None or (n == "auto" if isinstance(n, str) else is_int(n) and n >= 0):
+    """``n`` if it is a valid ``num_parallel_workers`` (None, ``"auto"`` or an int from 0 to
+    ``MAX_WORKERS``), else ``ValueError``."""
+    if n is None or (n == "auto" if isinstance(n, str) else is_int(n) and 0 <= n <= MAX_WORKERS):
         return n
-    raise ValueError(f'{who}: num_parallel_workers must be None, "auto" or an int >= 0, '
-                     f"got {n!r}")
+    raise ValueError(f'{who}: num_parallel_workers must be None, "auto" or an int >= 0 (at most '
+                     f"{MAX_WORKERS}), got {n!r}")
 
 
 class BatchData(ProxyDataFlow):
@@ -184,8 +184,8 @@ class BatchData(ProxyDataFlow):
                     f"BatchData: batch_size={self.batch_size} is larger than the dataflow "
                     f"({n} datapoints) and remainder=False, so no batch would ever be produced. "
                     "Use a smaller batch_size or remainder=True.")
-        self.remainder = remainder
-        self.use_list = use_list
+        self.remainder = check_flag("BatchData: remainder", remainder)
+        self.use_list = check_flag("BatchData: use_list", use_list)
         self._mapped = None
         _check_workers("BatchData", num_parallel_workers)
         python_multiprocessing = _check_multiprocessing("BatchData", python_multiprocessing)

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
+from ._helpers import check_flag
 from .base import DataFlow, DataFlowReentrantGuard, EndlessError, RNGDataFlow, UnknownLengthError
 from .stats import Counted as _Counted
 
@@ -183,7 +184,7 @@ class DataFromList(_ckpt.PassPosition, RNGDataFlow):
         super().__init__()
         _check_sequence(lst)
         self.lst = lst
-        self.shuffle = shuffle
+        self.shuffle = check_flag("DataFromList: shuffle", shuffle)
 
     _base = None               # the seed of the permutations, drawn from self.rng
     _perm = None               # ((base, pass, length), the permutation of that pass)

@@ -310,7 +310,7 @@ def test_auto_is_accepted_where_it_can_work():
                  lambda: D.MultiProcessMapAndBatchData(numbers(20), "auto", jittery, 5)):
         df = make()
         assert df._tuner is not None and df.num_workers == 1
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="an int from 1 to"):
         D.MultiThreadRunner(lambda: numbers(5), 10, "auto")
     with pytest.raises(ValueError, match='or "auto"'):
         D.MultiThreadMapData(numbers(5), "many", jittery)

@@ -164,6 +164,35 @@ def test_a_serial_mapdata_checks_max_restarts_as_a_parallel_one(bad):
         MapData(DataFromList([[1]]), py_fn, max_restarts=bad)
 
 
+def test_a_worker_count_beyond_any_machine_is_refused_when_built():
+    # 10**20 was taken, and reset_state() then ran until the system refused a thread
+    src = DataFromList([[1]])
+    with pytest.raises(ValueError, match=r"MapData: num_parallel_workers .* \(at most 4096\)"):
+        MapData(src, py_fn, num_parallel_workers=10 ** 20)
+    for make in (lambda: dataflow.MultiThreadMapData(src, 5000, py_fn),
+                 lambda: dataflow.MultiProcessMapData(src, 10 ** 6, py_fn)):
+        with pytest.raises(ValueError, match="the number of workers must be an int from 1 to "
+                                             "4096"):
+            make()
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: DataFromList([[1]], shuffle="False"), "DataFromList: shuffle"),
+    (lambda: BatchData(DataFromList([[1]]), 1, remainder="no"), "BatchData: remainder"),
+    (lambda: BatchData(DataFromList([[1]]), 1, use_list="False"), "BatchData: use_list"),
+    (lambda: dataflow.MultiThreadMapData(DataFromList([[1]]), 2, py_fn, strict="False"),
+     "strict"),
+    (lambda: dataflow.MultiProcessMapData(DataFromList([[1]]), 2, py_fn, ordered="yes"),
+     "ordered"),
+    (lambda: dataflow.BucketBatchData(DataFromList([[1]]), [2], [1, 1], drop_remainder="False"),
+     "BucketBatchData: drop_remainder"),
+])
+def test_a_yes_no_argument_given_as_a_string_is_refused(make, name):
+    # "False" is a true string: DataFromList(shuffle="False") shuffled
+    with pytest.raises(TypeError, match=f"{name} must be True or False, got"):
+        make()
+
+
 # -- the native marker ----------------------------------------------------------------------------
 
 def test_native_marks_function_in_place():

@@ -1385,7 +1385,7 @@ def test_map_and_batch_default_buffer_takes_num_proc_as_multiprocess_map_data_do
         assert df.num_workers == D.parallel.threads.available_cpus()
         assert df.buffer_size_datapoints == 2 * max(4, 2 * df.num_workers)
     for bad in ("x", 0, 1.5):
-        with pytest.raises(ValueError, match="the number of workers must be a positive int"):
+        with pytest.raises(ValueError, match="the number of workers must be an int from 1 to 4096"):
             D.MultiProcessMapAndBatchData(src, bad, _identity, 2)
 
 

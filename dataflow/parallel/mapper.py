@@ -17,8 +17,8 @@ import weakref
 import numpy as np
 
 from .. import checkpoint as _ckpt
-from .._helpers import (add_note, check_int, check_positive_number, dataflow_length,
-                       empty_pass_error, is_int, pass_progress)
+from .._helpers import (MAX_WORKERS, add_note, check_flag, check_int, check_positive_number,
+                       dataflow_length, empty_pass_error, is_int, pass_progress)
 from ..base import DataFlowReentrantGuard, ProxyDataFlow, random_stage
 from ..stats import ParallelStats, tell_label, tell_parallel
 from .autotune import AutoTuner
@@ -124,8 +124,8 @@ class ParallelMapData(ProxyDataFlow):
         if isinstance(num_workers, str) and num_workers == "auto" and self._autotune_ok:
             self._tuner = AutoTuner()
             num_workers = self._tuner.workers
-        if not is_int(num_workers) or num_workers < 1:
-            raise ValueError("the number of workers must be a positive int"
+        if not is_int(num_workers) or not 1 <= num_workers <= MAX_WORKERS:
+            raise ValueError(f"the number of workers must be an int from 1 to {MAX_WORKERS}"
                              + (' or "auto"' if self._autotune_ok else "")
                              + f", got {num_workers!r}")
         num_workers = int(num_workers)
@@ -141,8 +141,8 @@ class ParallelMapData(ProxyDataFlow):
         self.num_workers = num_workers
         self.map_func = map_func
         self.buffer_size = buffer_size
-        self.strict = bool(strict)
-        self.ordered = bool(ordered)
+        self.strict = check_flag("strict", strict)
+        self.ordered = check_flag("ordered", ordered)
         self.on_error = on_error
         self.max_errors = max_errors
         self.num_skipped = 0       # datapoints dropped by on_error="skip" since reset_state
