@@ -457,12 +457,20 @@ def as_dataflow(ds):
     return ForeignDataFlow(ds) if _is_foreign(ds) else ds
 
 
-def as_dataflows(dfs):
+def as_dataflows(dfs, who="df_lists"):
     """:func:`as_dataflow` of each of ``dfs``, as a list; an object listed twice gets one
-    wrapper (``JoinData`` resets a dataflow listed twice once)."""
-    wrappers = {}
-    return [wrappers.setdefault(id(d), ForeignDataFlow(d)) if _is_foreign(d) else d
-            for d in dfs]
+    wrapper (``JoinData`` resets a dataflow listed twice once). ``TypeError`` naming ``who`` and
+    the position for a member that is no dataflow (one failed at ``reset_state()`` with
+    "'str' object has no attribute 'reset_state'")."""
+    wrappers, out = {}, []
+    for i, d in enumerate(dfs):
+        if _is_foreign(d):
+            d = wrappers.setdefault(id(d), ForeignDataFlow(d))
+        elif not isinstance(d, DataFlow) and not callable(getattr(d, "_get_position", None)):
+            raise TypeError(f"{who}[{i}] must be a DataFlow (an object with __iter__ and "
+                            f"reset_state), got {type(d).__name__}: {d!r:.60}")
+        out.append(d)
+    return out
 
 
 def _sources(df):

@@ -174,9 +174,8 @@ class BatchData(ProxyDataFlow):
                 batches keep their order.
         """
         super().__init__(ds)
-        if int(batch_size) != batch_size or batch_size <= 0:
-            raise ValueError(f"BatchData: batch_size must be a positive int, got {batch_size!r}")
-        self.batch_size = int(batch_size)
+        # (a whole float is taken, as tensorpack's int(batch_size) took it; None named here)
+        self.batch_size = check_int("BatchData: batch_size", batch_size, 1, whole_floats=True)
         if not remainder:
             n = dataflow_length(ds)
             if n is not None and self.batch_size > n:
@@ -710,6 +709,8 @@ class MapDataComponent(MapData):
     result is a shallow copy (a tuple becomes a list) with the new component."""
 
     def __init__(self, ds, func, index=0):
+        if not callable(func):
+            raise TypeError(f"MapDataComponent: func must be callable, got {func!r}")
         self._index = index
         self._func = func
         super().__init__(ds, self._mapper)
@@ -1163,6 +1164,9 @@ class SelectComponent(MapData):
     where ``idxs`` are keys)."""
 
     def __init__(self, ds, idxs):
+        if isinstance(idxs, (str, bytes)) or not hasattr(idxs, "__iter__"):
+            raise TypeError(f"SelectComponent: idxs must be a list of component indices (or "
+                            f"keys), got {idxs!r}")
         self.idxs = list(idxs)
         super().__init__(ds, self._select)
 

@@ -114,6 +114,9 @@ class DataFromQueue(DataFlow):
     """
 
     def __init__(self, queue):
+        if not callable(getattr(queue, "get", None)):
+            raise TypeError(f"DataFromQueue: queue must have a get() method (a queue.Queue, a "
+                            f"multiprocessing queue), got {queue!r:.60}")
         self.queue = queue
         self._guard = None
 
@@ -291,6 +294,9 @@ class DataFromGenerator(DataFlow):
             gen: a callable returning an iterable, or an iterable.
             size (int, optional): the number of datapoints of one pass, if known.
         """
+        if not callable(gen) and not hasattr(gen, "__iter__"):
+            raise TypeError(f"DataFromGenerator: gen must be a callable returning an iterable, "
+                            f"or an iterable, got {gen!r:.60}")
         self._gen = gen
         self._size = None if size is None else int(size)
         # its own iterator (told without calling iter(), which would begin a dataflow's pass)

@@ -466,6 +466,30 @@ def test_a_list_in_place_of_a_dataflow_is_a_type_error(make):
 
 
 @pytest.mark.parametrize("make, match", [
+    (lambda: dataflow.ConcatData([Counting(2), "a"]), r"df_lists\[1\] must be a DataFlow"),
+    (lambda: dataflow.JoinData(["a"]), r"df_lists\[0\] must be a DataFlow"),
+    (lambda: dataflow.RandomMixData([Counting(2), 3]), r"df_lists\[1\] must be a DataFlow"),
+    (lambda: dataflow.RandomChooseData([Counting(2), "x"]), r"df_lists\[1\] must be a DataFlow"),
+    (lambda: dataflow.MapDataComponent(Counting(2), 5), "MapDataComponent: func must be callable"),
+    (lambda: dataflow.SelectComponent(Counting(2), 0), "SelectComponent: idxs must be a list"),
+    (lambda: DataFromGenerator(5), "DataFromGenerator: gen must be a callable"),
+    (lambda: dataflow.DataFromQueue(None), r"DataFromQueue: queue must have a get\(\) method"),
+], ids=["ConcatData", "JoinData", "RandomMixData", "RandomChooseData", "MapDataComponent",
+        "SelectComponent", "DataFromGenerator", "DataFromQueue"])
+def test_arguments_of_the_wrong_kind_are_refused_when_built(make, match):
+    # each failed only at reset_state() or the first datapoint, with a bare Python error
+    # ("'str' object has no attribute 'reset_state'", "'int' object is not callable")
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_batch_size_none_is_named():
+    with pytest.raises(ValueError, match="BatchData: batch_size must be a positive int, got None"):
+        BatchData(Counting(3), None)
+    assert BatchData(Counting(3), 2.0).batch_size == 2       # a whole float, as tensorpack
+
+
+@pytest.mark.parametrize("make, match", [
     (lambda ds: dataflow.RepeatedData(ds, 2.5), "RepeatedData: num must be an int >= 0, or -1"),
     (lambda ds: FixedSizeData(ds, 2.9), "FixedSizeData: size must be an int >= 0, got 2.9"),
     (lambda ds: dataflow.RepeatedDataPoint(ds, 1.9), "RepeatedDataPoint: num must be a positive"),
