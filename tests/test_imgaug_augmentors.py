@@ -766,6 +766,9 @@ def test_sizes_of_zero_or_less_are_refused(make, match):
 @pytest.mark.parametrize("make, match", [
     (lambda: imgaug.Flip(horiz=True, prob=2), r"Flip: prob must be a number in \[0, 1\], got 2"),
     (lambda: imgaug.RandomApplyAug(imgaug.Flip(horiz=True), -0.5), "RandomApplyAug: prob must"),
+    (lambda: imgaug.Transpose(prob=-1), r"Transpose: prob must be a number in \[0, 1\], got -1"),
+    (lambda: imgaug.SaltPepperNoise(white_prob=-1), "SaltPepperNoise: white_prob must be"),
+    (lambda: imgaug.SaltPepperNoise(black_prob="x"), "SaltPepperNoise: black_prob must be"),
     (lambda: imgaug.BrightnessScale(5), r"BrightnessScale: range must be a pair \(low, high\)"),
     (lambda: imgaug.Contrast(1.4), r"Contrast: factor_range must be a pair \(low, high\)"),
 ])

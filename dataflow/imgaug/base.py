@@ -409,11 +409,11 @@ class _AugmentorTransform(PhotometricTransform):
         return "from " + str(self.aug)
 
 
-def check_probability(who, prob):
+def check_probability(who, prob, name="prob"):
     """``ValueError`` unless ``prob`` is a number in [0, 1] (``Flip(prob=2)`` always flipped)."""
     if isinstance(prob, bool) or not isinstance(prob, (int, float, np.integer, np.floating)) \
             or not 0 <= prob <= 1:
-        raise ValueError(f"{who}: prob must be a number in [0, 1], got {prob!r}")
+        raise ValueError(f"{who}: {name} must be a number in [0, 1], got {prob!r}")
 
 
 def check_range(who, name, value):

@@ -143,6 +143,7 @@ class Transpose(ImageAugmentor):
 
     def __init__(self, prob=0.5):
         super().__init__()
+        check_probability("Transpose", prob)
         self._init(locals())
 
     def get_transform(self, img):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ._cv import cv2
 from .transform import cv_input
-from .base import PhotometricAugmentor
+from .base import PhotometricAugmentor, check_probability
 from .imgproc import clip_inplace, with_alpha
 
 __all__ = ["JpegNoise", "GaussianNoise", "SaltPepperNoise"]
@@ -92,6 +92,8 @@ class SaltPepperNoise(PhotometricAugmentor):
 
     def __init__(self, white_prob=0.05, black_prob=0.05):
         super().__init__()
+        check_probability("SaltPepperNoise", white_prob, "white_prob")
+        check_probability("SaltPepperNoise", black_prob, "black_prob")
         if white_prob + black_prob > 1:
             raise ValueError("SaltPepperNoise: white_prob + black_prob must be <= 1")
         self._init(locals())
