@@ -161,12 +161,8 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
         return self._model
 
     def __len__(self):
-        if self._state is None:
-            n = dataflow_length(self._model_df())
-            if n is None:
-                raise EndlessError("the runner's dataflow has no length: the runner never ends "
-                                   "a pass")
-            return n
+        if self._state is None:     # before reset_state(): what its tickets will say
+            return len(_Tickets(dataflow_length(self._model_df())))
         return len(self.ds)
 
     def _result_bytes(self, value):
