@@ -176,16 +176,16 @@ def datapoint_rng():
     one, the returned generator is valid until the next datapoint of this thread: draw from it
     while mapping this datapoint, do not keep it.
     """
-    obj = _local.slot[0]
-    key = tuple(obj) if obj.__class__ is list else obj       # a cursor: where it is now
-    g = _last_stream(_local.cached, obj, key)
-    if g is not None:
-        return g
-    if key is None:
+    loc = _local
+    obj = loc.slot[0]
+    c = loc.cached
+    if c is not None and c[0] is obj and c[1] == obj and c[2] == _generation:
+        return c[3]                        # the same datapoint as the last call
+    if obj is None:
         g = np.random.Generator(np.random.PCG64(get_rng().randint(2**31)))
     else:
-        g = np.random.Generator(_keyed_bitgen(_GENERATOR, key))
-    _local.cached = (obj, key, _generation, g)
+        g = np.random.Generator(_keyed_bitgen(_GENERATOR, _key_value(obj)))
+    loc.cached = (obj, _snapshot(obj), _generation, g)
     return g
 
 
@@ -215,27 +215,32 @@ def datapoint_random_state():
     without a seed ``n`` is random. The returned object is valid until the next datapoint of
     this thread.
     """
-    obj = _local.slot[0]
+    loc = _local
+    obj = loc.slot[0]
     if obj is None:
         return None
-    key = tuple(obj) if obj.__class__ is list else obj      # a cursor: where it is now
-    rs = _last_stream(_local.cached_rs, obj, key)
-    if rs is not None:
-        return rs
-    rs = _keyed_random_state(key)
-    _local.cached_rs = (obj, key, _generation, rs)
+    c = loc.cached_rs
+    if c is not None and c[0] is obj and c[1] == obj and c[2] == _generation:
+        return c[3]                        # the same datapoint as the last call
+    rs = _keyed_random_state(_key_value(obj))
+    loc.cached_rs = (obj, _snapshot(obj), _generation, rs)
     return rs
 
 
-def _last_stream(cached, obj, key):
-    """The stream of the last call (``cached``: its key object, the key's value then, the seed
-    generation and the stream) if this call is for the very same datapoint: the same key
-    object holding the same value under the same seed (a value equal by chance is another
-    map's datapoint); else ``None``."""
-    if cached is not None and cached[0] is obj and cached[1] == key and \
-            cached[2] == _generation:
-        return cached[3]
-    return None
+# The two functions above keep the stream of their last call as ``(key object, its value then,
+# seed generation, stream)`` and return it again for the very same datapoint: the same key object
+# holding the same value under the same seed (a value equal by chance is another map's
+# datapoint). They run for every random draw of an augmentor, so the check is written out in
+# them, and the value kept is one that compares equal to the live key without building anything:
+# a cursor (a list the map advances in place) is kept as a list copy, any other key as itself.
+
+def _key_value(obj):
+    """The key's value now: a cursor as a tuple, any other key as it is."""
+    return tuple(obj) if obj.__class__ is list else obj
+
+
+def _snapshot(obj):
+    return obj.copy() if obj.__class__ is list else obj
 
 
 # The spawn keys of the base streams of the two kinds of per-datapoint stream: distinct from each

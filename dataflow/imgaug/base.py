@@ -57,7 +57,7 @@ logger = logging.getLogger("dataflow")
 
 ImagePlaceholder = namedtuple("ImagePlaceholder", ["shape"])
 
-_local = _rng._local         # the thread's datapoint key (set by whoever applies a map)
+_datapoint_random_state = _rng.datapoint_random_state     # None outside a map
 _pid = os.getpid()           # this process; an augmentor's own rng is reseeded when it differs
 
 
@@ -134,6 +134,8 @@ def _formula_matches_uniform():
 
 
 _SCALARS = (int, float, np.number)
+_PLAIN_NUMBERS = frozenset((int, float))
+_float32 = np.float32
 _UNIFORM_EXACT = None      # the answer of _formula_matches_uniform(), once asked
 
 
@@ -196,8 +198,9 @@ class ImageAugmentor:
     @property
     def rng(self):
         """The datapoint's ``RandomState`` inside a map, else this augmentor's own."""
-        if _local.slot[0] is not None:
-            return _rng.datapoint_random_state()
+        rs = _datapoint_random_state()
+        if rs is not None:
+            return rs
         own = self._own_rng
         if own is None or self._own_rng_pid != _pid:
             own = self._reseed()
@@ -222,9 +225,17 @@ class ImageAugmentor:
         float32 scalar, or an array of shape ``size``."""
         if high is None:
             low, high = 0, low
+        rng = self.rng
         if size is None:
-            return np.float32(uniform(self.rng, low, high))
-        return self.rng.uniform(low, high, size).astype(np.float32)
+            if _UNIFORM_EXACT and type(rng) is _RandomState and type(low) in _PLAIN_NUMBERS \
+                    and type(high) in _PLAIN_NUMBERS:
+                # uniform()'s fast path written out: this runs for most random draws
+                lo = float(low)
+                span = float(high) - lo
+                if span - span == 0.0:                      # finite
+                    return _float32(lo + span * rng.random_sample())
+            return _float32(uniform(rng, low, high))
+        return rng.uniform(low, high, size).astype(np.float32)
 
     def _init(self, params=None):
         """Set every entry of ``params`` (``locals()`` of ``__init__``) not named ``self`` and not
