@@ -756,6 +756,8 @@ def test_random_choose_aug_keeps_tensorpacks_attributes_and_refuses_bad_probabil
     (lambda: imgaug.CenterCrop(-1), "CenterCrop: crop_shape must be positive"),
     (lambda: imgaug.Resize(0), "Resize: shape must be positive"),
     (lambda: imgaug.ResizeShortestEdge(0), "ResizeShortestEdge: size must be positive"),
+    (lambda: imgaug.GoogleNetRandomCropAndResize(target_shape=-1),
+     "GoogleNetRandomCropAndResize: target_shape must be positive, got -1"),
 ])
 def test_sizes_of_zero_or_less_are_refused(make, match):
     # a crop of 0 made an empty image, silently; a resize to 0 failed later inside OpenCV
@@ -790,6 +792,37 @@ def test_empty_size_ranges_are_refused_when_built(make, match):
     # they failed at the first image inside numpy's randint ("low >= high")
     with pytest.raises(ValueError, match=match):
         make()
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: imgaug.Grayscale(keepdims="False"), "Grayscale: keepdims must be True or False, "
+     "got 'False'"),
+    (lambda: imgaug.Contrast((0.6, 1.4), clip="no"), "Contrast: clip must be True or False"),
+    (lambda: imgaug.Flip(horiz="True"), "Flip: horiz must be True or False"),
+    (lambda: imgaug.GaussianNoise(sigma="3"), "GaussianNoise: sigma must be a number"),
+    (lambda: imgaug.Hue(range=("0", 180)), r"Hue: range must be a number \(or a tuple of numbers"),
+    (lambda: imgaug.JpegNoise(quality_range="3"), "JpegNoise: quality_range must be a number"),
+    (lambda: imgaug.Rotation(max_deg=None), "Rotation: max_deg must be a number, got None"),
+    (lambda: imgaug.MapImage(func=5), "MapImage: func must be callable, got 5"),
+    (lambda: imgaug.MapImage(lambda x: x, coord_func="f"), "MapImage: coord_func must be callable"),
+    (lambda: imgaug.RandomApplyAug(5, 0.5), "RandomApplyAug: aug must be an augmentor, got 5"),
+    (lambda: imgaug.RandomOrderAug([imgaug.Flip(horiz=True), "flip"]),
+     "RandomOrderAug: aug_lists must be a list of augmentors, got 'flip'"),
+])
+def test_arguments_of_the_wrong_kind_are_refused_when_built(make, match):
+    # taken as Python takes them before: "False" is true, GaussianNoise(sigma="3") added noise
+    # of std 3, Rotation(max_deg=None) and MapImage(func=5) failed at the first image
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_optional_arguments_still_take_none_and_flags_take_ints():
+    # None where it is the default, rgb=None (per-channel Contrast), 0/1 for flags as tensorpack
+    # code passes them
+    img = image(20, 30).astype(np.float32)
+    assert imgaug.Contrast((0.6, 1.4), rgb=None, clip=1).augment(img).shape == img.shape
+    assert imgaug.RandomCropRandomShape(4, 4, wmax=None, hmax=None).augment(img).ndim == 3
+    assert imgaug.Rotation(10, step_deg=None).augment(img).shape == img.shape
 
 
 def test_equal_size_bounds_still_mean_a_fixed_size():

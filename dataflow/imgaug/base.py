@@ -38,6 +38,7 @@ when all their members are, ``MapImage`` when its functions are marked native.
 params)``) instead of ``get_transform``; the base ``get_transform`` bridges them. The calls
 ``augment_return_params``, ``augment_with_params`` and ``augment_coords`` work as before.
 """
+import inspect
 import logging
 import os
 from collections import namedtuple
@@ -239,8 +240,12 @@ class ImageAugmentor:
 
     def _init(self, params=None):
         """Set every entry of ``params`` (``locals()`` of ``__init__``) not named ``self`` and not
-        starting with ``_`` as an attribute (tensorpack's constructor convention)."""
+        starting with ``_`` as an attribute (tensorpack's constructor convention). The
+        augmentors of this package have their arguments' kinds checked first
+        (:func:`check_argument_kinds`)."""
         if params:
+            if type(self).__module__.startswith(_PACKAGE):
+                check_argument_kinds(self, params)
             for k, v in params.items():
                 if k != "self" and not k.startswith("_"):
                     setattr(self, k, v)
@@ -418,6 +423,63 @@ class _AugmentorTransform(PhotometricTransform):
     @property
     def name(self):
         return "from " + str(self.aug)
+
+
+_PACKAGE = __name__.rsplit(".", 1)[0] + "."        # "dataflow.imgaug."
+
+# The argument names of the built-in augmentors by kind, for check_argument_kinds.
+_FLAG_ARGS = frozenset({"all_channel", "clip", "horiz", "vert", "keepdims", "keepshape",
+                        "symmetric", "rgb"})
+_NUMBER_ARGS = frozenset({
+    "alpha", "aspect_ratio_range", "aspect_ratio_thres", "background_shape", "black_prob",
+    "border", "border_value", "center_range", "crop_area_fraction", "crop_shape", "delta",
+    "eigval", "eigvec", "factor_range", "fill", "h_range", "hmax", "hmin", "horiz_frac",
+    "interp", "max", "max_deg", "max_size", "min", "minimum", "prob", "quality_range", "range",
+    "rotate_max_deg", "scale", "shape", "shear", "sigma", "sigma_range", "size", "size_range",
+    "std", "step_deg", "target_shape", "translate_frac", "vert_frac", "w_range", "white_prob",
+    "wmax", "wmin", "xrange", "yrange"})
+_CALLABLE_ARGS = frozenset({"func", "coord_func"})
+_AUGMENTOR_ARGS = frozenset({"aug", "aug_lists"})     # an augmentor; a list of them
+
+
+def _holds_text(value):
+    if isinstance(value, (str, bytes)):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_text(v) for v in value)
+
+
+def check_argument_kinds(aug, params):
+    """``TypeError`` naming the augmentor and the argument when an argument of a built-in
+    augmentor is of the wrong kind, instead of being taken as Python would take it: a yes/no
+    flag given as a string (``"False"`` is true), a number given as a string (``"3"`` was
+    turned into 3 by numpy, or failed at the first image) or as ``None`` where ``None`` is not
+    its default, a function that is not callable. Values are not range-checked here."""
+    who = type(aug).__name__
+    defaults = None
+    for name, value in params.items():
+        if name in _FLAG_ARGS:
+            if isinstance(value, (str, bytes)):
+                raise TypeError(f"{who}: {name} must be True or False, got {value!r}")
+        elif name in _NUMBER_ARGS:
+            if value is None:
+                if defaults is None:
+                    defaults = {k: p.default for k, p in
+                                inspect.signature(type(aug).__init__).parameters.items()}
+                if defaults.get(name, inspect.Parameter.empty) is not None:
+                    raise TypeError(f"{who}: {name} must be a number, got None")
+            elif _holds_text(value) or isinstance(value, bool):
+                raise TypeError(f"{who}: {name} must be a number (or a tuple of numbers), got "
+                                f"{value!r}")
+        elif name in _CALLABLE_ARGS:
+            if value is not None and not callable(value):
+                raise TypeError(f"{who}: {name} must be callable, got {value!r}")
+        elif name in _AUGMENTOR_ARGS:
+            members = value if isinstance(value, (list, tuple)) and name != "aug" else [value]
+            for m in members:
+                if not callable(getattr(m, "get_transform", None)):
+                    raise TypeError(f"{who}: {name} must be " + (
+                        "an augmentor" if name == "aug" else "a list of augmentors") +
+                        f", got {m!r}")
 
 
 def check_probability(who, prob, name="prob"):

@@ -101,6 +101,8 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
     def __init__(self, crop_area_fraction=(0.08, 1.), aspect_ratio_range=(0.75, 1.333),
                  target_shape=224, interp=INTER_LINEAR):
         super().__init__()
+        check_positive_size("GoogleNetRandomCropAndResize", "target_shape",
+                            shape2d(target_shape), target_shape)
         self._init(locals())
 
     def get_transform(self, img):
