@@ -164,6 +164,12 @@ def test_normalize_errors():
         Normalize(0, 1)([[1, 2]])
     with pytest.raises(ValueError, match=r"Normalize: expected an HW or HWC image.*\(2,\)"):
         Normalize(0, 1)(np.zeros(2))
+    # text was read as a number: Normalize(mean="3", std="2") subtracted 3
+    with pytest.raises(TypeError, match="Normalize: mean must be a number or a sequence of "
+                                        "numbers, got '3'"):
+        Normalize("3", "2")
+    with pytest.raises(TypeError, match=r"Normalize: std must be.*\[1, '2'\]"):
+        Normalize(0, [1, "2"])
 
 
 def test_hwc2chw():
@@ -262,6 +268,10 @@ def test_typecast():
     np.testing.assert_array_equal(TypeCast(np.uint8)([1, 2]), np.array([1, 2], np.uint8))
     with pytest.raises(TypeError, match="TypeCast: not a numpy dtype"):
         TypeCast("no-such-dtype")
+    # numpy reads None as float64 and [] as an empty record dtype: both are mistakes here
+    for bad in (None, []):
+        with pytest.raises(TypeError, match="TypeCast: dtype must name a numeric dtype"):
+            TypeCast(bad)
     with pytest.raises(ValueError, match="TypeCast: cannot cast"):
         TypeCast(np.float32)(np.array(["abc"]))
     with pytest.raises(ValueError, match="TypeCast: cannot cast list to float32"):

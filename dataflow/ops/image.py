@@ -444,7 +444,10 @@ class Normalize(Op):
     @staticmethod
     def _vector(name, v):
         try:
-            a = np.asarray(v, dtype=np.float32)
+            a = np.asarray(v)
+            if a.dtype.kind not in "biuf":    # text ("3") would be read as a number
+                raise TypeError
+            a = a.astype(np.float32)
         except (TypeError, ValueError):
             raise TypeError(f"Normalize: {name} must be a number or a sequence of numbers, "
                             f"got {v!r}") from None
