@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
-from ._helpers import check_flag
+from ._helpers import check_flag, check_int
 from .base import DataFlow, DataFlowReentrantGuard, EndlessError, RNGDataFlow, UnknownLengthError
 from .stats import Counted as _Counted
 
@@ -51,16 +51,24 @@ class FakeData(RNGDataFlow):
             domain (tuple or list): a ``(low, high)`` pair, or a list with one pair per component.
         """
         super().__init__()
-        self.shapes = [tuple(s) for s in shapes]
-        self._size = int(size)
-        if self._size < 0:
-            raise ValueError(f"FakeData: size must be >= 0, got {size}")
-        self.random = random
+        if not isinstance(shapes, (list, tuple)) or \
+                not all(isinstance(s, (list, tuple)) for s in shapes):
+            raise TypeError(f"FakeData: shapes must be a list of shapes (lists or tuples of "
+                            f"ints), got {shapes!r}")
+        self.shapes = [tuple(check_int(f"FakeData: shapes[{i}]", d, 0) for d in s)
+                       for i, s in enumerate(shapes)]
+        self._size = check_int("FakeData: size", size, 0, whole_floats=True)
+        self.random = check_flag("FakeData: random", random)
         n = len(self.shapes)
         if isinstance(dtype, (list, tuple)):
             self.dtype = list(dtype)
         else:
             self.dtype = [dtype] * n
+        for d in self.dtype:
+            try:
+                np.dtype(d)
+            except TypeError:
+                raise TypeError(f"FakeData: not a numpy dtype: {d!r}") from None
         if (isinstance(domain, (list, tuple)) and len(domain) == 2
                 and all(np.isscalar(v) for v in domain)):
             self.domain = [tuple(domain)] * n
@@ -298,7 +306,8 @@ class DataFromGenerator(DataFlow):
             raise TypeError(f"DataFromGenerator: gen must be a callable returning an iterable, "
                             f"or an iterable, got {gen!r:.60}")
         self._gen = gen
-        self._size = None if size is None else int(size)
+        self._size = None if size is None else \
+            check_int("DataFromGenerator: size", size, 0, whole_floats=True)
         # its own iterator (told without calling iter(), which would begin a dataflow's pass)
         self._one_shot = (not callable(gen)) and isinstance(gen, Iterator)
         self._exhausted = False

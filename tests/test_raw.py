@@ -284,6 +284,28 @@ def test_fakedata_dtype_count_mismatch():
         FakeData([[1], [2]], dtype=["float32"])
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    # size="3" gave len() 3 and size=1.5 len() 1; the others failed at the first datapoint
+    # inside numpy, naming no argument
+    (dict(shapes=[[2]], size="3"), ValueError, "FakeData: size must be an int >= 0, got '3'"),
+    (dict(shapes=[[2]], size=1.5), ValueError, "FakeData: size must be an int >= 0, got 1.5"),
+    (dict(shapes=[[-1]]), ValueError, r"FakeData: shapes\[0\] must be an int >= 0, got -1"),
+    (dict(shapes=5), TypeError, "FakeData: shapes must be a list of shapes"),
+    (dict(shapes=[[2]], dtype="floot"), TypeError, "FakeData: not a numpy dtype: 'floot'"),
+    (dict(shapes=[[2]], random="False"), TypeError, "FakeData: random must be True or False"),
+])
+def test_fakedata_refuses_bad_arguments_when_built(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FakeData(**kwargs)
+    assert len(FakeData([[2, 3]], size=1e3)) == 1000       # a whole float, as int() took it
+
+
+def test_datafromgenerator_refuses_a_bad_size_when_built():
+    # size=-1 made len() raise Python's "__len__() should return >= 0"
+    with pytest.raises(ValueError, match="DataFromGenerator: size must be an int >= 0, got -1"):
+        DataFromGenerator(lambda: iter([[1]]), size=-1)
+
+
 def test_exported_from_package():
     for name in ["DataFromList", "DataFromGenerator", "DataFromIterable", "DataFromQueue",
                  "FakeData"]:
