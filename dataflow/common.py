@@ -923,6 +923,9 @@ class RandomChooseData(_MixPosition, RNGDataFlow):
 
     def __init__(self, df_lists):
         super().__init__()
+        if not isinstance(df_lists, (list, tuple)):
+            raise TypeError(f"RandomChooseData: df_lists must be a list of dataflows or of "
+                            f"(dataflow, probability) pairs, got {df_lists!r}")
         if not df_lists:
             raise ValueError("RandomChooseData: df_lists is empty")
         pairs_given = isinstance(df_lists[0], (tuple, list))

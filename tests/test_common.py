@@ -474,8 +474,10 @@ def test_a_list_in_place_of_a_dataflow_is_a_type_error(make):
     (lambda: dataflow.SelectComponent(Counting(2), 0), "SelectComponent: idxs must be a list"),
     (lambda: DataFromGenerator(5), "DataFromGenerator: gen must be a callable"),
     (lambda: dataflow.DataFromQueue(None), r"DataFromQueue: queue must have a get\(\) method"),
+    (lambda: dataflow.RandomChooseData(5), "RandomChooseData: df_lists must be a list of "
+     "dataflows or of \\(dataflow, probability\\) pairs, got 5"),
 ], ids=["ConcatData", "JoinData", "RandomMixData", "RandomChooseData", "MapDataComponent",
-        "SelectComponent", "DataFromGenerator", "DataFromQueue"])
+        "SelectComponent", "DataFromGenerator", "DataFromQueue", "RandomChooseData-int"])
 def test_arguments_of_the_wrong_kind_are_refused_when_built(make, match):
     # each failed only at reset_state() or the first datapoint, with a bare Python error
     # ("'str' object has no attribute 'reset_state'", "'int' object is not callable")
