@@ -42,6 +42,7 @@ What a new dataflow gets without writing them:
   ``NotImplementedError`` naming it unless called with ``replay=True``, in which case a resume
   re-iterates that many datapoints (exact only when the source is deterministic).
 """
+import abc
 import threading
 import weakref
 
@@ -205,6 +206,13 @@ def _replay_abandon(self):
 
 
 _replay_get_position.replay_default = True
+
+
+class DataFlowMeta(abc.ABCMeta):
+    """tensorpack's metaclass of ``DataFlow``, kept for code that names it (``class
+    D(DataFlow, metaclass=DataFlowMeta)``, ``six.add_metaclass(DataFlowMeta)``). ``DataFlow``
+    needs none here: what tensorpack's did (a ``get_data``/``size`` of pre-0.9 code taken as
+    ``__iter__``/``__len__``) is done for every subclass by ``DataFlow.__init_subclass__``."""
 
 
 class DataFlow:

@@ -18,6 +18,7 @@ the same as a parallel map's. Differences from tensorpack 0.11, all fixes:
 * ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files``, not the caller's list, and
   a missing or unreadable file raises an error naming it.
 """
+import contextlib
 import copy as _copy
 import logging
 import os
@@ -69,6 +70,46 @@ def _check_coords(coords, what):
                         f"got {coords.dtype}")
 
 
+# tensorpack's module helpers, for code that imports them from here (they are not in its
+# ``__all__`` either): the same checks this module runs, and the counting exception handler.
+
+def check_dtype(img):
+    """``TypeError`` unless ``img`` is a numpy image of dtype uint8 or floating (see
+    :func:`dataflow.imgaug.base.check_dtype`; tensorpack's let integer images through)."""
+    _check_image(img, "check_dtype")
+
+
+def validate_coords(coords):
+    """``TypeError``/``ValueError`` unless ``coords`` is an ``N x 2`` numpy array of ``(x, y)``
+    of any floating dtype (tensorpack's asserted float64, or failed on numpy >= 1.24)."""
+    _check_coords(coords, "validate_coords")
+
+
+def _log_caught(what, count, consequence="; the datapoint is dropped"):
+    if count < 10 or count % 100 == 0:      # as tensorpack: the first 9, then every 100th
+        logger.exception("%s: an exception was caught (%d so far)%s", what, count, consequence)
+
+
+class ExceptionHandler:
+    """tensorpack's ``ExceptionHandler(catch_exceptions=False)``: ``with handler.catch(): ...``
+    counts the exceptions raised in the block; with ``catch_exceptions`` it swallows them,
+    logging the first 9 and then every 100th with their traceback, else it lets them through."""
+
+    def __init__(self, catch_exceptions=False):
+        self.catch_exceptions = bool(catch_exceptions)
+        self._nr_error = 0
+
+    @contextlib.contextmanager
+    def catch(self):
+        try:
+            yield
+        except Exception:
+            self._nr_error += 1
+            if not self.catch_exceptions:
+                raise
+            _log_caught("ExceptionHandler", self._nr_error, "")
+
+
 class _ExceptionHandler:
     """With ``catch=True``, count the exceptions of ``run`` and return ``None`` for them (the
     datapoint is dropped), logging the first 9 and then every 100th (as tensorpack) with their
@@ -86,9 +127,7 @@ class _ExceptionHandler:
             return fn(*args)
         except Exception:
             self.count += 1
-            if self.count < 10 or self.count % 100 == 0:      # as tensorpack
-                logger.exception("%s: an exception was caught (%d so far); the datapoint is "
-                                 "dropped", self.what, self.count)
+            _log_caught(self.what, self.count)
             return None
 
 

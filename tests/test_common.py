@@ -97,6 +97,21 @@ def test_old_style_get_data_and_size_become_iter_and_len():
     assert [b[0].tolist() for b in batches] == [[1, 2], [3, 4], [5]]
 
 
+def test_a_dataflow_made_with_tensorpacks_metaclass_named():
+    # tensorpack code may name DataFlowMeta (six.add_metaclass(DataFlowMeta) in old scripts)
+    from dataflow.base import DataFlowMeta
+
+    class Named(dataflow.DataFlow, metaclass=DataFlowMeta):
+        def get_data(self):
+            yield from ([i] for i in range(3))
+
+        def size(self):
+            return 3
+    df = Named()
+    df.reset_state()
+    assert list(df) == [[0], [1], [2]] and len(df) == 3
+
+
 def test_old_style_dataflow_in_worker_processes(no_leaks):
     df = dataflow.MultiProcessMapData(_OldStyle(), 2, lambda dp: [dp[0] + 1], strict=True)
     df.reset_state()
@@ -934,7 +949,6 @@ def test_printdata_dict_datapoint(capsys):
 # ---------------------------------------------------------------- TestDataSpeed
 
 def test_testdataspeed_with_tqdm_loops_source(capsys):
-    pytest.importorskip("tqdm")
     src = Counting(7)
     speed = TestDataSpeed(src, size=20, warmup=3).start()
     assert isinstance(speed, float) and speed > 0
@@ -946,7 +960,7 @@ def test_testdataspeed_with_tqdm_loops_source(capsys):
 def test_testdataspeed_progress_bar_leaves_no_thread_behind(capsys, monkeypatch):
     # tqdm's monitor thread, started by its first bar, would live until exit, and with a
     # second thread running, process dataflows no longer fork their workers by default
-    tqdm = pytest.importorskip("tqdm")
+    import tqdm
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 10)     # tqdm's default (see conftest)
     before = {t.ident for t in threading.enumerate()}
     TestDataSpeed(Counting(7), size=20).start()

@@ -8,10 +8,9 @@ reproducibility and example tests.
 """
 import logging
 
+import cv2
 import numpy as np
 import pytest
-
-cv2 = pytest.importorskip("cv2")
 
 import dataflow                                                        # noqa: E402
 from dataflow import (AugmentImageComponent, AugmentImageComponents,  # noqa: E402
@@ -628,3 +627,27 @@ def test_image_from_file_resumes_exactly(tmp_path):
     got += [int(dp[0][0, 0, 0]) for _ in range(2) for dp in df]
     set_seed(None)
     assert got == ref and sorted(ref[:6]) == list(range(6))
+
+
+def test_tensorpacks_module_helpers_are_here(caplog):
+    # check_dtype, validate_coords and ExceptionHandler of tensorpack's dataflow/image.py
+    from dataflow.image import ExceptionHandler, check_dtype, validate_coords
+    check_dtype(np.zeros((2, 2), np.uint8))
+    with pytest.raises(TypeError, match="Needs an numpy array"):
+        check_dtype([[1]])
+    validate_coords(np.zeros((3, 2), np.float32))          # any floating dtype (0.11: float64)
+    with pytest.raises(ValueError, match=r"N x 2.*\(3, 3\)"):
+        validate_coords(np.zeros((3, 3)))
+    with pytest.raises(TypeError, match="floating dtype"):
+        validate_coords(np.zeros((3, 2), np.int64))
+    quiet = ExceptionHandler(catch_exceptions=True)
+    with caplog.at_level(logging.ERROR, logger="dataflow"):
+        for _ in range(3):
+            with quiet.catch():
+                raise ValueError("bad image")
+    assert quiet._nr_error == 3 and "caught (3 so far)" in caplog.text
+    loud = ExceptionHandler()
+    with pytest.raises(KeyError):
+        with loud.catch():
+            raise KeyError("k")
+    assert loud._nr_error == 1
