@@ -6,10 +6,6 @@ import os
 import numpy as np
 import pytest
 
-pytest.importorskip("lmdb")
-pytest.importorskip("cv2")
-pytest.importorskip("PIL")
-
 from benchmarks import harness, systems, workloads, zygote  # noqa: E402
 
 

@@ -4,10 +4,9 @@ import os
 import subprocess
 import sys
 
+import cv2
 import numpy as np
 import pytest
-
-cv2 = pytest.importorskip("cv2")
 
 import dataflow                                             # noqa: E402
 from dataflow.parallel import cvthreads                     # noqa: E402

@@ -3,13 +3,10 @@ import io
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from dataflow.ops import Decode, jpeg_decoder
 from dataflow.ops import image as image_ops
-
-Image = pytest.importorskip("PIL.Image")
-pytest.importorskip("cv2")
-pytest.importorskip("simplejpeg")
 
 DECODERS = ("simplejpeg", "cv2", "pillow")
 

@@ -10,8 +10,6 @@ from tests.test_examples import load_example, run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest.importorskip("cv2")
-
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):

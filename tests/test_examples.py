@@ -118,7 +118,6 @@ def test_image_pipeline_on_a_folder_without_tqdm(tmp_path):
 @pytest.mark.torch
 @pytest.mark.timeout(120)
 def test_torch_training(image_cache):
-    pytest.importorskip("torch")
     out = run_example("torch_training.py", "--limit", 32, "--batch-size", 8, "--epochs", 2,
                       cache=image_cache)
     assert "epoch 1/2: loss" in out and "epoch 2/2: loss" in out

@@ -87,7 +87,7 @@ def test_join_mix_and_choose_take_foreign_inputs_and_reset_a_shared_one_once():
     assert {dp[0] for dp in choose} <= {0, 1, 2}
 
 
-def test_thread_runner_copies_from_a_factory_of_foreign_dataflows():
+def test_thread_runner_copies_from_a_factory_of_foreign_dataflows(no_leaks):
     with D.MultiThreadRunner(lambda: Foreign(5), 2, 2) as df:
         df.reset_state()
         assert len(df) == 5 and len(list(df)) == 5

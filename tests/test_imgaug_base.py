@@ -310,7 +310,7 @@ def test_randint_raises_what_rng_randint_raises():
             randint(rs, *args)
 
 
-def test_reset_state_with_seed_reproduces_the_stream():
+def test_set_seed_reproduces_an_augmentors_own_stream():
     def draws():
         dataflow.set_seed(3)
         aug = imgaug.Identity()

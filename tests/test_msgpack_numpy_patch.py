@@ -5,6 +5,7 @@ The patch comes after this library's import here (through ``monkeypatch``, undon
 test; tensorpack itself is imported in subprocesses only, see ``_tensorpack.py``), and before it
 in ``test_foreign_dataflows.test_a_script_that_imports_tensorpack_first``."""
 import msgpack
+import msgpack_numpy
 import numpy as np
 import pytest
 
@@ -12,8 +13,6 @@ import dataflow as D
 from dataflow import serialize
 from dataflow.formats import codec
 from dataflow.parallel import transport
-
-msgpack_numpy = pytest.importorskip("msgpack_numpy")
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -305,7 +305,7 @@ def test_onehot_errors():
 # -- Decode ---------------------------------------------------------------------------------------
 
 def _encode(arr, fmt, **kw):
-    Image = pytest.importorskip("PIL.Image")
+    from PIL import Image
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format=fmt, **kw)
     return buf.getvalue()
@@ -340,7 +340,7 @@ def test_decode_grayscale():
 
 
 def test_decode_jpeg():
-    Image = pytest.importorskip("PIL.Image")
+    from PIL import Image
     yy, xx = np.mgrid[0:32, 0:48]
     smooth = np.stack([yy * 4, xx * 4, (yy + xx) * 2], -1).astype(np.uint8)
     jpg = _encode(smooth, "JPEG", quality=95)
@@ -351,7 +351,6 @@ def test_decode_jpeg():
 
 
 def test_decode_errors():
-    pytest.importorskip("PIL")
     with pytest.raises(ValueError, match=r"Decode: cannot decode 9 bytes \(starting "
                                          r"b'notanima'\) as an image"):
         Decode()(b"notanimag")

@@ -3,8 +3,10 @@
 Each test runs with threads and with processes; the mapper is the same, so must be the results.
 """
 import collections
+import functools
 import gc
 import logging
+import os
 import random
 import threading
 import time
@@ -380,17 +382,38 @@ def test_close_is_prompt_with_threads_mid_task():
     assert isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
 
 
-def sleepy(dp):
+def marked(marks, dp):
+    """Leave a file named after the datapoint in ``marks`` (seen from any process)."""
+    open(os.path.join(marks, str(dp[0])), "w").close()
+
+
+def sleepy(marks, dp):
+    marked(marks, dp)
     time.sleep(30)
     return dp
 
 
-def test_close_is_prompt_with_processes_mid_task():
-    df = D.MultiProcessMapData(Numbers(10), 2, sleepy, strict=True)
+def marked_double(marks, dp):
+    marked(marks, dp)
+    return double(dp)
+
+
+def wait_until(condition, seconds=10.0):
+    """Poll ``condition`` until it holds or ``seconds`` pass; its last value."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def test_close_is_prompt_with_processes_mid_task(tmp_path):
+    df = D.MultiProcessMapData(Numbers(10), 2, functools.partial(sleepy, str(tmp_path)),
+                               strict=True)
     df.reset_state()
     it = iter(df)
     t, outcome = next_in_thread(it)
-    t.join(0.3)             # bounded wait: the consumer is now blocked on busy workers
+    # both workers are inside the map function: the consumer is blocked on busy workers
+    assert wait_until(lambda: len(os.listdir(tmp_path)) == 2)
     assert t.is_alive()
     t0 = time.perf_counter()
     df.close()
@@ -400,11 +423,15 @@ def test_close_is_prompt_with_processes_mid_task():
     assert isinstance(outcome[0], RuntimeError) and "closed" in str(outcome[0])
 
 
-def test_close_is_prompt_with_a_full_buffer(make):
-    df = make(Numbers(1000), 2, double, buffer_size=50)
+def test_close_is_prompt_with_a_full_buffer(make, tmp_path):
+    df = make(Numbers(1000), 2, functools.partial(marked_double, str(tmp_path)), buffer_size=50)
     df.reset_state()
     it = iter(df)
-    next(it)                 # the workers now fill the buffer and wait for the consumer
+    for _ in range(5):       # past the first chunks, sized before the buffer is sent whole
+        next(it)
+    # the workers have mapped half a buffer or more beyond what was taken (how much the mapper
+    # sends at once depends on its chunk sizes) and wait for the consumer
+    assert wait_until(lambda: len(os.listdir(tmp_path)) >= 5 + 25), len(os.listdir(tmp_path))
     t0 = time.perf_counter()
     df.close()
     assert time.perf_counter() - t0 < PROMPT

@@ -137,7 +137,6 @@ def test_efficient_dataflow_tutorial_distributed_setup(no_leaks):
     """tensorpack's efficient-dataflow tutorial: a local sender on an abstract ipc name
     (``ipc://@name``, no file), a remote one over tcp, one receiver bound to both, measured with
     TestDataSpeed."""
-    pytest.importorskip("tqdm")          # TestDataSpeed's progress bar, as in the tutorial
     local = f"ipc://@df-tutorial-{os.getpid()}-{os.urandom(4).hex()}"
     tcp = free_tcp_addr()              # the tutorial binds tcp://0.0.0.0:8877; loopback here
     with sender(local), sender(tcp, n=2):
@@ -250,7 +249,7 @@ def test_zmq_ops_format_is_not_implemented():
         send_dataflow_zmq(D.DataFromList([[1]]), "ipc:///nonexistent/x", format="json")
 
 
-def test_unencodable_datapoint_is_named(ipc_addr):
+def test_unencodable_datapoint_is_named(no_leaks, ipc_addr):
     df = D.DataFromList([[1], [object()]], shuffle=False)
     with pytest.raises(TypeError, match="datapoint 1 cannot be encoded as msgpack"):
         send_dataflow_zmq(df, ipc_addr, hwm=10)
@@ -314,7 +313,7 @@ def test_close_ends_an_iteration_whose_thread_has_ended(no_leaks, ipc_addr):
         assert_dp(dp, dp[0])
 
 
-def test_an_empty_dataflow_is_an_error_not_a_busy_loop(ipc_addr):
+def test_an_empty_dataflow_is_an_error_not_a_busy_loop(no_leaks, ipc_addr):
     with pytest.raises(ValueError, match="send_dataflow_zmq: a pass of DataFromList produced no "
                                          "datapoint"):
         send_dataflow_zmq(D.DataFromList([]), ipc_addr)
@@ -431,16 +430,24 @@ def test_close_from_another_thread_ends_the_running_iteration(no_leaks, ipc_addr
     # (the sockets are closed in that thread), and close() itself raises nothing
     df = D.BatchData(RemoteDataZMQ(ipc_addr), 2)
     df.reset_state()
-    started, ended = threading.Event(), []
+    ended = []
 
     def consume():
-        started.set()
         ended.append(sum(1 for _ in df))
+
+    def receiving():
+        # the consuming thread's iteration has begun (its generator runs, in that thread): a
+        # close() before that would leave nothing to end, and the iteration would then wait
+        # for senders for ever
+        return any(owner[0] is t for _, owner in list(df.ds._active.values()))
 
     with (sender(ipc_addr, n=4) if with_sender else contextlib.nullcontext()):
         t = threading.Thread(target=consume)
         t.start()
-        started.wait(10)
+        deadline = time.monotonic() + 10
+        while not receiving() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert receiving()
         if with_sender:
             while df.ds.cnt1 < 10:        # datapoints are flowing
                 time.sleep(0.01)

@@ -141,7 +141,7 @@ def test_threads_the_system_refuses_name_the_limit_and_leave_none(monkeypatch):
     df.close()
 
 
-def test_shared_memory_for_a_segment_refused():
+def test_shared_memory_for_a_segment_refused(no_leaks):
     with D.MultiProcessMapData(D.DataFromList([[0]]), 1, _refuse_big_files(), strict=True,
                                start_method="fork") as df:
         df.reset_state()

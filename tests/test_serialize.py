@@ -652,18 +652,23 @@ def test_a_failed_encoding_leaves_the_next_one_intact():
 
 
 def test_threads_encode_at_once_without_mixing():
-    def work(k, results):
-        for i in range(300):
-            value = [k, i, (k, {"i": i}), np.full(3000 + k, i, np.int64)]
-            buffers = []
-            header = serialize.dumps_oob(value, buffers, allow_pickle=True)
-            if not _same(serialize.loads_oob(header, buffers, allow_pickle=True), value):
-                results.append((k, i))
+    def work(k, results, done):
+        try:
+            for i in range(300):
+                value = [k, i, (k, {"i": i}), np.full(3000 + k, i, np.int64)]
+                buffers = []
+                header = serialize.dumps_oob(value, buffers, allow_pickle=True)
+                if not _same(serialize.loads_oob(header, buffers, allow_pickle=True), value):
+                    results.append((k, i))
+                done[k] += 1
+        except Exception as e:          # an error in a thread must fail the test, not end it
+            results.append((k, e))
 
-    bad = []
-    threads = [threading.Thread(target=work, args=(k, bad)) for k in range(4)]
+    bad, done = [], [0] * 4
+    threads = [threading.Thread(target=work, args=(k, bad, done)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not bad
+    assert done == [300] * 4

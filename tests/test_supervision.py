@@ -901,7 +901,7 @@ def hang_timeout_half_second():
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("deadline", ["hang", "timeout"])
-def test_deadlines_wait_for_spawned_workers_to_start(deadline):
+def test_deadlines_wait_for_spawned_workers_to_start(no_leaks, deadline):
     # the clock started when datapoints were sent: a hang warning before a spawned worker's
     # interpreter was up killed it with its SIGUSR1 (WorkerCrashedError), and timeout= counted
     # its start-up (TimeoutError for datapoints that had not reached it)
@@ -1074,7 +1074,7 @@ def test_stopped_worker_times_out_and_close_still_cleans_up(tmp_path, no_leaks):
 
 
 @pytest.mark.timeout(30)
-def test_hang_timeout_assigned_as_a_number_is_honoured(caplog):
+def test_hang_timeout_assigned_as_a_number_is_honoured(no_leaks, caplog):
     """``dataflow.config.hang_timeout = 0.3`` works as well as ``set_hang_timeout(0.3)``, and a
     chunk that no thread has started yet does not make the consumer wait unchecked."""
     import dataflow.config as config

@@ -14,22 +14,15 @@ import copy
 import os
 import pickle
 
+import cv2
 import numpy as np
 import pytest
-
-cv2 = pytest.importorskip("cv2")
 
 from dataflow import (AugmentImageComponent, AugmentImageComponents, BatchData,  # noqa: E402
                       BatchDataByShape, MapDataComponent, MultiProcessRunner,
                       MultiProcessRunnerZMQ, MultiThreadMapData, imgaug)
 
-try:                            # dataflow.dataset: the dataset readers (issue 16)
-    from dataflow import dataset
-except ImportError:
-    dataset = None
-
-needs_dataset = pytest.mark.skipif(dataset is None,
-                                   reason="dataflow.dataset (the readers of issue 16) is missing")
+from dataflow import dataset  # noqa: E402 (the readers of issue 16)
 
 
 def take(df, n):
@@ -156,7 +149,6 @@ def test_fbresnet_augmentor_on_bgr_images():
         assert out.shape == (224, 224, 3) and out.dtype == np.uint8
 
 
-@needs_dataset
 @pytest.mark.usefixtures("no_leaks")
 def test_get_imagenet_dataflow_train_and_val(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
@@ -220,7 +212,6 @@ def make_cifar10(root, n_train=2 * 64, n_test=80):
         pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
 
 
-@needs_dataset
 @pytest.mark.usefixtures("no_leaks")
 def test_cifar10_resnet_get_data(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
@@ -390,7 +381,7 @@ def make_bsds500(root, sizes=(("train", 8), ("test", 3), ("val", 1))):
     """BSDS500's layout: BSR/BSDS500/data/images/<split>/*.jpg (321x481, one portrait) and
     groundTruth/<split>/*.mat (a cell array of annotator structs with 'Boundaries'). The train
     split has 8 images: BatchDataByShape(8) needs that many."""
-    sio = pytest.importorskip("scipy.io")
+    import scipy.io as sio
     base = root / "bsds500_data" / "BSR" / "BSDS500" / "data"
     for split, n in sizes:
         (base / "images" / split).mkdir(parents=True)
@@ -406,7 +397,6 @@ def make_bsds500(root, sizes=(("train", 8), ("test", 3), ("val", 1))):
             sio.savemat(str(base / "groundTruth" / split / f"{k}.mat"), {"groundTruth": gt})
 
 
-@needs_dataset
 @pytest.mark.usefixtures("no_leaks")
 def test_hed_get_data(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
@@ -451,7 +441,7 @@ def get_svhn_data():
 
 
 def make_svhn(root, sizes=(("train", 100), ("extra", 40), ("test", 5))):
-    sio = pytest.importorskip("scipy.io")
+    import scipy.io as sio
     d = root / "svhn_data"
     d.mkdir(parents=True, exist_ok=True)
     rs = np.random.RandomState(0)
@@ -461,7 +451,6 @@ def make_svhn(root, sizes=(("train", 100), ("extra", 40), ("test", 5))):
         sio.savemat(str(d / f"{name}_32x32.mat"), {"X": X, "y": y})
 
 
-@needs_dataset
 def test_svhn_digit_convnet_get_data(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
     make_svhn(tmp_path)
@@ -540,7 +529,6 @@ def test_dcgan_get_data(tmp_path):
 def test_super_resolution_lmdb_pipeline(tmp_path):
     """data_sampler.py writes ``[uint8 array of JPEG bytes]`` datapoints to an LMDB; enet-pat.py
     reads it shuffled, decodes with ``MapDataComponent(cv2.imdecode)`` and crops and flips."""
-    pytest.importorskip("lmdb")
     from dataflow import DataFromList, LMDBSerializer
     jpegs = []
     for k in range(6):
@@ -591,10 +579,8 @@ def read_ilsvrc12_lmdb(path, augmentors, batch_size):
     return ds
 
 
-@needs_dataset
 @pytest.mark.usefixtures("no_leaks")
 def test_efficient_dataflow_tutorial_lmdb_round_trip(tmp_path, monkeypatch):
-    pytest.importorskip("lmdb")
     monkeypatch.setenv("TENSORPACK_DATASET", str(tmp_path))
     datadir = make_ilsvrc12(tmp_path)                 # 12 training JPEGs in 3 classes
     path = str(tmp_path / "ILSVRC-train.lmdb")

@@ -448,7 +448,7 @@ def test_expreplay_dataflow_subclass():
 
 # == docs/tutorial/dataflow.md, extend/dataflow.md, philosophy/dataflow.md =========================
 
-def test_dataflow_tutorial_snippets():
+def test_dataflow_tutorial_snippets(no_leaks):
     def my_data_loader():
         for k in range(100):
             yield [np.full((2, 2), k), k]

@@ -16,10 +16,9 @@ import glob
 import gzip
 import os
 
+import cv2
 import numpy as np
 import pytest
-
-cv2 = pytest.importorskip("cv2")
 
 from dataflow import (AugmentImageComponent, AugmentImageComponents, BatchData,  # noqa: E402
                       ConcatData, DataFlow, DataFromList, FixedSizeData, ImageFromFile,
@@ -406,7 +405,6 @@ def get_colorization_data(train_lmdb, val_lmdb, batch=32):
 
 @pytest.mark.usefixtures("no_leaks")
 def test_colorization_lmdb_pipeline(tmp_path):
-    pytest.importorskip("lmdb")
     dps, rgb = [], {}
     for k in range(8):
         path = str(tmp_path / f"{k}.jpg")

@@ -1,9 +1,11 @@
 """tensorpack 0.11's own ``tensorpack/dataflow/serialize_test.py``, ported: the same dataflow,
 the same write-then-read check and the same four tests, with the import changed to ``dataflow``.
 
-One deliberate difference: tensorpack's ``run_write_read_test`` catches ``ImportError`` and
-prints a message (so a missing optional dependency passes silently). Here every dependency is
-installed by the ``[test]`` extra, so nothing is caught and nothing can be skipped.
+Two deliberate differences. tensorpack's ``run_write_read_test`` catches ``ImportError`` and
+prints a message (so a missing optional dependency passes silently); here every dependency is
+installed by the ``[test]`` extra, so nothing is caught and nothing can be skipped. And it
+compares the two dataflows through ``zip``, which stops at the shorter one, so a read that gave
+nothing (or a prefix) passed; here the read must also give exactly the datapoints written.
 """
 import os
 import tempfile
@@ -61,6 +63,10 @@ class SerializerTest(unittest.TestCase):
         for dp_expected, dp_actual in zip(ds_expected.__iter__(), ds_actual.__iter__()):
             self.assertEqual(dp_expected[0], dp_actual[0])
             self.assertTrue(np.allclose(dp_expected[1], dp_actual[1]))
+        # not in tensorpack (see the module doc): the whole file was read. (The fake dataflow
+        # appends to its cache at every reset_state, so it holds two copies by now: the
+        # datapoints written are its first len() ones.)
+        self.assertEqual(len(list(ds_actual)), len(ds_expected))
 
     def test_lmdb(self):
         with tempfile.TemporaryDirectory() as f:

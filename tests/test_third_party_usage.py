@@ -163,9 +163,9 @@ def test_augment_image_component_wbaek_style_keywords():
     assert len(out) == 2 and out[0][0].shape == (4, 6, 6, 1) and out[0][1].dtype == np.int32
 
 
-def test_parallel_keywords_and_runner_pass_length():
-    # the keywords tensorpack 0.11 code passes; a runner's pass ends after len(ds) datapoints
-    # (tensorpack's never ends: RepeatedData(runner, -1) gives that stream)
+def test_parallel_keywords_and_runner_pass_length(no_leaks):
+    # the keywords tensorpack 0.11 code passes; a runner's pass ends after len(ds) datapoints,
+    # as tensorpack's (RepeatedData(runner, -1) gives one endless stream)
     src = df.DataFromList([[i] for i in range(5)], shuffle=False)
     m = df.MultiThreadMapData(src, num_thread=2, map_func=lambda dp: [dp[0] * 2],
                               buffer_size=4, strict=True)
@@ -177,6 +177,7 @@ def test_parallel_keywords_and_runner_pass_length():
     b = df.BatchData(df.MultiProcessRunnerZMQ(src, 1), 2)
     b.reset_state()
     assert len(b) == 2 == len(list(b.get_data()))
+    m.close()
     r.ds.close()
     b.ds.close()
 

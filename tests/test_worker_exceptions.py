@@ -224,7 +224,7 @@ class LoadsOnlyHere:
 
 
 @pytest.mark.timeout(60)
-def test_a_map_function_that_cannot_be_loaded_in_a_spawned_worker_raises_its_own_error():
+def test_a_map_function_that_cannot_be_loaded_in_a_spawned_worker_raises_its_own_error(no_leaks):
     # loaded in the worker's own code, so the failure reaches the consumer with its type and
     # traceback (it failed in multiprocessing's start-up: an exit code and nothing else)
     src = D.DataFromList([[k] for k in range(6)], shuffle=False)
