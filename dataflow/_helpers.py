@@ -86,11 +86,12 @@ a mistake, and starting it would run until the system refused a thread or a proc
 
 
 def check_positive_number(name, value, allow_none=False):
-    """``value`` if it is a positive number (not a bool; a numpy one becomes a Python int or
-    float), or ``None`` when allowed; else ``ValueError`` naming ``name``."""
+    """``value`` if it is a positive number (not a bool, not NaN; a numpy one becomes a Python
+    int or float), or ``None`` when allowed; else ``ValueError`` naming ``name``. (NaN would
+    pass ``value <= 0``, and a timeout of NaN then never fires.)"""
     if value is None and allow_none:
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a positive number, "
                          f"got {value!r}")
     if type(value) is int or type(value) is float:

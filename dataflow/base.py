@@ -375,12 +375,7 @@ class ProxyDataFlow(DataFlow):
     """A dataflow that wraps another one (``self.ds``) and by default forwards everything to it."""
 
     def __init__(self, ds):
-        if isinstance(ds, type) or not (callable(getattr(ds, "reset_state", None))
-                                        and callable(getattr(ds, "__iter__", None))):
-            raise TypeError(f"{type(self).__name__}: expected a DataFlow (with __iter__ and "
-                            f"reset_state), got {type(ds).__name__}"
-                            + (": wrap a list in DataFromList" if isinstance(ds, list) else ""))
-        self.ds = as_dataflow(ds)
+        self.ds = check_dataflow(ds, type(self).__name__)
 
     def reset_state(self):
         self.ds.reset_state()
@@ -463,6 +458,17 @@ def _is_foreign(ds):
 def as_dataflow(ds):
     """``ds`` in a :class:`ForeignDataFlow` if it is another library's dataflow, else ``ds``."""
     return ForeignDataFlow(ds) if _is_foreign(ds) else ds
+
+
+def check_dataflow(ds, who):
+    """:func:`as_dataflow` of ``ds``; ``TypeError`` naming ``who`` when ``ds`` is no dataflow
+    (it failed later with "'list' object has no attribute 'reset_state'")."""
+    if isinstance(ds, type) or not (callable(getattr(ds, "reset_state", None))
+                                    and callable(getattr(ds, "__iter__", None))):
+        raise TypeError(f"{who}: expected a DataFlow (with __iter__ and reset_state), got "
+                        f"{type(ds).__name__}"
+                        + (": wrap a list in DataFromList" if isinstance(ds, list) else ""))
+    return as_dataflow(ds)
 
 
 def as_dataflows(dfs, who="df_lists"):

@@ -1381,7 +1381,7 @@ class CacheData(ProxyDataFlow):
     """
 
     def __init__(self, ds, shuffle=False):
-        self.shuffle = shuffle
+        self.shuffle = check_flag("CacheData: shuffle", shuffle)
         super().__init__(ds)
         self.buffer = []
         self._complete = False

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import checkpoint as _ckpt
-from ._helpers import component
+from ._helpers import check_flag, component
 from .base import RNGDataFlow
 from .common import MapData, MapDataComponent
 from .ops.augment import as_augmentor_list, augmentors_native
@@ -116,7 +116,7 @@ class _ExceptionHandler:
     traceback; otherwise let them through."""
 
     def __init__(self, catch, what):
-        self.catch = bool(catch)
+        self.catch = check_flag(f"{what}: catch_exceptions", catch)
         self.what = what
         self.count = 0
 
@@ -172,6 +172,10 @@ class _AugmentCoordinates(Op):
 
     def __init__(self, augs, img_index, coords_index, copy, handler):
         super().__init__(None)
+        for name, key in (("img_index", img_index), ("coords_index", coords_index)):
+            if isinstance(key, (bool, float)) or key is None:   # True was taken as index 1
+                raise TypeError(f"AugmentImageCoordinates: {name} must be an int or a dict key, "
+                                f"got {key!r}")
         self.augs, self.copy, self.handler = augs, copy, handler
         self.img_index, self.coords_index = img_index, coords_index
 
@@ -311,13 +315,14 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
         files = list(files)
         if not files:
             raise ValueError("No image files given to ImageFromFile!")
-        if int(channel) not in (1, 3):
+        if isinstance(channel, bool) or channel not in (1, 3):     # 1.5 was taken as 1
             raise ValueError(f"ImageFromFile: channel must be 1 or 3, got {channel!r}")
         self.files = files
         self.channel = int(channel)
         self.resize = None if resize is None else _shape2d(resize)
         if self.resize is not None and not all(s > 0 for s in self.resize):
             raise ValueError(f"ImageFromFile: resize must be positive, got {resize!r}")
+        check_flag("ImageFromFile: shuffle", shuffle)
         self.shuffle = shuffle
 
     def __len__(self):
@@ -376,6 +381,7 @@ class AugmentImageComponent(MapDataComponent):
     def __init__(self, ds, augmentors, index=0, copy=True, catch_exceptions=False):
         self.augs = as_augmentor_list(augmentors, "AugmentImageComponent")
         self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponent")
+        copy = check_flag("AugmentImageComponent: copy", copy)
         self._index = index
         # Not MapDataComponent.__init__: the map function is an op that places the component
         # itself (and states its nativeness), so MapData gets it directly.
@@ -397,6 +403,7 @@ class AugmentImageCoordinates(MapData):
                  catch_exceptions=False):
         self.augs = as_augmentor_list(augmentors, "AugmentImageCoordinates")
         self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageCoordinates")
+        copy = check_flag("AugmentImageCoordinates: copy", copy)
         super().__init__(ds, _AugmentCoordinates(self.augs, img_index, coords_index, copy,
                                                  self._handler))
 
@@ -430,6 +437,7 @@ class AugmentImageComponents(MapData):
                             f"tuple, range or 1-D array) of components, got {coords_index!r}")
         self.augs = as_augmentor_list(augmentors, "AugmentImageComponents")
         self._handler = _ExceptionHandler(catch_exceptions, "AugmentImageComponents")
+        copy = check_flag("AugmentImageComponents: copy", copy)
         super().__init__(ds, _AugmentComponents(self.augs, index, coords_index, copy,
                                                 self._handler))
 

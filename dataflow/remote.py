@@ -38,9 +38,9 @@ import weakref
 import zmq
 from zmq.utils import z85
 
-from ._helpers import check_int, repeat_forever
+from ._helpers import check_flag, check_int, repeat_forever
 from ._malloc import keep_freed_memory
-from .base import DataFlow, DataFlowReentrantGuard, EndlessError
+from .base import DataFlow, DataFlowReentrantGuard, EndlessError, check_dataflow
 from .formats import codec
 
 __all__ = ["send_dataflow_zmq", "RemoteDataZMQ", "curve_keypair"]
@@ -156,14 +156,16 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
         tune_malloc (bool): set this process's glibc malloc to keep freed memory (see the
             module doc); False leaves it as it is.
     """
+    df = check_dataflow(df, "send_dataflow_zmq")
     if format in ("zmq_op", "zmq_ops"):
         raise NotImplementedError(
             "send_dataflow_zmq(format='zmq_ops') writes the frames of tensorpack's external "
             "zmq_ops TensorFlow op, which dataflow does not implement; use format=None "
             "(msgpack) or format='pickle', which RemoteDataZMQ and tensorpack read.")
-    if format not in _SEND_FORMATS:
+    if not isinstance(format, (str, type(None))) or format not in _SEND_FORMATS:
         raise ValueError(f"send_dataflow_zmq: unknown format {format!r}; use None (msgpack) "
                          "or 'pickle'")
+    bind = check_flag("send_dataflow_zmq: bind", bind)
     encoding = _SEND_FORMATS[format]
     hwm = check_int("send_dataflow_zmq: hwm", hwm, 0)
     if curve_server_key is None and curve_client_keypair is not None:
@@ -240,10 +242,10 @@ class RemoteDataZMQ(DataFlow):
         self.addr1 = addr1
         self.addr2 = addr2
         self.hwm = check_int("RemoteDataZMQ: hwm", hwm, 0)      # 0: no limit, as ZeroMQ's
-        self.bind = bind
-        self.allow_pickle = bool(allow_pickle)
-        self.tune_malloc = bool(tune_malloc)
         who = "RemoteDataZMQ"
+        self.bind = check_flag(f"{who}: bind", bind)
+        self.allow_pickle = check_flag(f"{who}: allow_pickle", allow_pickle)
+        self.tune_malloc = check_flag(f"{who}: tune_malloc", tune_malloc)
         self.curve_secret_key = _key(curve_secret_key, "curve_secret_key", who)
         self.curve_client_keys = (None if curve_client_keys is None
                                   else [_key(k, "curve_client_keys[%d]" % i, who)

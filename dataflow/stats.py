@@ -70,6 +70,8 @@ def enable_stats(flag=True):
     """Turn recording on or off for iterations started afterwards (default: on, unless the
     environment variable ``DATAFLOW_STATS`` is ``0``). Returns the previous setting."""
     global _enabled
+    if isinstance(flag, (str, bytes)):          # "False" would be true
+        raise TypeError(f"enable_stats: flag must be True or False, got {flag!r}")
     previous, _enabled = _enabled, bool(flag)
     return previous
 

@@ -871,3 +871,22 @@ def test_lmdb_state_of_another_shuffle_setting_is_refused(tmp_path):
         b.load_state_dict(state)
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("make, error, match", [
+    # a string flag was taken by its truth: allow_pickle="False" unpickled (code named in a
+    # file ran), shuffle="False" shuffled
+    (lambda p: LMDBSerializer.load(p, allow_pickle="False"), TypeError,
+     "LMDBData: allow_pickle must be True or False, got 'False'"),
+    (lambda p: LMDBData(p, shuffle="False"), TypeError, "LMDBData: shuffle must be True or False"),
+    # int keys became b'\x00'-style keys and every record [key, None]
+    (lambda p: LMDBData(p, keys=[1, 2]), TypeError, "keys must be a list of keys"),
+    (lambda p: LMDBSerializer.save(DataFromList([[1]]), p + "2", write_frequency=1.5),
+     ValueError, "LMDBSerializer.save: write_frequency must be a positive int, got 1.5"),
+])
+def test_bad_arguments_are_refused_naming_them(tmp_path, make, error, match):
+    path = str(tmp_path / "a.lmdb")
+    LMDBSerializer.save(DataFromList([[i] for i in range(3)], shuffle=False), path)
+    with pytest.raises(error, match=match):
+        make(path)
+    assert len(LMDBData(path, keys=[b"00000000", "00000001"])) == 2     # bytes and str keys

@@ -444,3 +444,17 @@ def test_svmlight_shuffled_resumes_exactly_mid_pass(tmp_path):
         again.load_state_dict(state)
         again.reset_state()
         assert got + labels(again) == whole, k
+
+
+def test_bad_paths_and_data_paths_are_refused(tmp_path):
+    # D.NumpySerializer.save(df, "") wrote a hidden ".npz"; HDF5Data(p, "xy") read datasets x, y
+    with pytest.raises(ValueError, match="NumpySerializer.save: path must name a file, got ''"):
+        D.NumpySerializer.save(D.DataFromList([[1]]), "")
+    with pytest.raises(TypeError, match="NumpySerializer.save: expected a DataFlow"):
+        D.NumpySerializer.save([[1]], str(tmp_path / "a.npz"))
+    path = str(tmp_path / "a.h5")
+    D.HDF5Serializer.save(D.DataFromList([[np.zeros(2)]]), path, ["x"])
+    with pytest.raises(TypeError, match="data_paths must be a list of dataset paths, got the "
+                                        "string 'xy'"):
+        D.HDF5Data(path, "xy")
+    assert not os.path.exists(str(tmp_path / ".npz"))

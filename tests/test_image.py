@@ -651,3 +651,24 @@ def test_tensorpacks_module_helpers_are_here(caplog):
         with loud.catch():
             raise KeyError("k")
     assert loud._nr_error == 1
+
+
+@pytest.mark.parametrize("make, error, match", [
+    # catch_exceptions="False" caught (and dropped every datapoint of a failing augmentor)
+    (lambda ds, a: AugmentImageComponent(ds, a, catch_exceptions="False"), TypeError,
+     "AugmentImageComponent: catch_exceptions must be True or False, got 'False'"),
+    (lambda ds, a: AugmentImageComponents(ds, a, copy="no"), TypeError,
+     "AugmentImageComponents: copy must be True or False"),
+    # True was taken as index 1: the coordinates were augmented as an image
+    (lambda ds, a: AugmentImageCoordinates(ds, a, img_index=True), TypeError,
+     "AugmentImageCoordinates: img_index must be an int or a dict key, got True"),
+    # channel=1.5 was read as 1
+    (lambda ds, a: dataflow.ImageFromFile(["a.jpg"], channel=1.5), ValueError,
+     "ImageFromFile: channel must be 1 or 3, got 1.5"),
+    (lambda ds, a: dataflow.ImageFromFile(["a.jpg"], shuffle="False"), TypeError,
+     "ImageFromFile: shuffle must be True or False"),
+])
+def test_bad_arguments_are_refused_when_built(make, error, match):
+    ds = dataflow.DataFromList([[np.zeros((4, 4, 3), np.uint8), np.zeros((1, 2))]])
+    with pytest.raises(error, match=match):
+        make(ds, [imgaug.Flip(horiz=True)])

@@ -487,6 +487,25 @@ def test_zeromq_io_thread_runs_as_batch():
 
 
 # -- 4. shared_empty ----------------------------------------------------------------------------
+def shared_of_shape(dp):
+    return [D.shared_empty(dp[0])]
+
+
+@pytest.mark.parametrize("shape, error, match", [
+    # inside a worker a negative shape gave an empty array (numpy.empty refuses it), and one
+    # beyond memory reserved its blocks until the kernel's OOM killer ended the worker
+    ((2, -3), ValueError, r"negative dimensions are not allowed, got shape \(2, -3\)"),
+    ((10**6, 10**6), MemoryError, "could not reserve .* bytes of shared memory for a result "
+                                  r"\(more than the memory available\)"),
+])
+def test_shared_empty_in_a_worker_refuses_what_numpy_empty_refuses(shape, error, match):
+    with D.MultiProcessMapData(D.DataFromList([[shape]], shuffle=False), 1, shared_of_shape,
+                               strict=True) as df:
+        df.reset_state()
+        with pytest.raises(error, match=match):
+            list(df)
+
+
 def test_shared_empty_in_a_worker():
     def f(dp):
         i = dp[0]
@@ -1592,3 +1611,29 @@ def test_a_dropped_map_goes_with_its_last_reference(no_leaks, make):
     finally:
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("make, error, match", [
+    # NaN passed "timeout <= 0": a stuck worker was then waited for for ever
+    (lambda ds: D.MultiProcessRunnerZMQ(ds, 1, timeout=float("nan")), ValueError,
+     "timeout must be None or a positive number, got nan"),
+    (lambda ds: D.MultiProcessMapData(ds, 1, _identity, timeout=float("nan")), ValueError,
+     "timeout must be None or a positive number, got nan"),
+    # what is no dataflow, or no function, failed at reset_state() or the first datapoint
+    (lambda ds: D.MultiProcessRunner([[1]], 4, 1), TypeError,
+     "MultiProcessRunner: expected a DataFlow"),
+    (lambda ds: D.MultiProcessMapAndBatchData([[1]], 1, _identity, 1), TypeError,
+     "MultiProcessMapAndBatchData: expected a DataFlow"),
+    (lambda ds: D.MultiProcessMapAndBatchData(ds, 1, None, 1), TypeError,
+     "MultiProcessMapAndBatchData: map_func must be callable, got None"),
+])
+def test_runner_and_map_arguments_are_refused_when_built(make, error, match):
+    with pytest.raises(error, match=match):
+        make(numbers(4))
+
+
+def test_a_thread_runner_whose_factory_gives_no_dataflow_names_it():
+    df = D.MultiThreadRunner(lambda: 5, 1, 1)
+    with pytest.raises(TypeError, match=r"MultiThreadRunner: get_df\(\): expected a DataFlow"):
+        df.reset_state()
+    df.close()

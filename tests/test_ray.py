@@ -299,6 +299,15 @@ def test_bad_arguments():
         RayMapData(points(), 2, square, num_cpus_per_worker=0)
     with pytest.raises(ValueError):
         RayMapData(points(), 0, square)
+    # beyond any machine, or NaN: reset_state() waited for ever for CPUs no node has, or failed
+    # in Ray with a bare error
+    for cpus in (10**20, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="num_cpus_per_worker must be"):
+            RayMapData(points(), 2, square, num_cpus_per_worker=cpus)
+        with pytest.raises(ValueError, match="num_cpus_per_worker must be"):
+            RayRunner(points(), 2, num_cpus_per_worker=cpus)
+    with pytest.raises(ValueError, match="timeout must be None or a positive number, got nan"):
+        RayMapData(points(), 2, square, timeout=float("nan"))
 
 
 # -- the mapper's guarantees on Ray -------------------------------------------------------------

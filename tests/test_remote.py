@@ -5,6 +5,7 @@ import contextlib
 import errno
 import json
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -454,3 +455,27 @@ def test_close_from_another_thread_ends_the_running_iteration(no_leaks, ipc_addr
         df.close()
         t.join(5)
         assert not t.is_alive() and len(ended) == 1
+
+
+@pytest.mark.parametrize("make, error, match", [
+    # a string flag was taken by its truth: allow_pickle="False" unpickled what any sender sent
+    (lambda a: RemoteDataZMQ(a, allow_pickle="False"), TypeError,
+     "RemoteDataZMQ: allow_pickle must be True or False, got 'False'"),
+    (lambda a: RemoteDataZMQ(a, bind="no"), TypeError, "RemoteDataZMQ: bind must be True or False"),
+    # bind="False" bound, and the sender then waited for ever for a receiver that also bound
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), a, bind="False"), TypeError,
+     "send_dataflow_zmq: bind must be True or False"),
+    (lambda a: send_dataflow_zmq([[1]], a), TypeError, "send_dataflow_zmq: expected a DataFlow"),
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), a, format=[]), ValueError,
+     r"send_dataflow_zmq: unknown format \[\]"),
+])
+def test_bad_arguments_are_refused_before_any_socket(no_leaks, ipc_addr, make, error, match):
+    with pytest.raises(error, match=match):
+        make(ipc_addr)
+
+
+def test_codec_refuses_a_pickle_flag_given_as_text():
+    frame = pickle.dumps([1])
+    with pytest.raises(TypeError, match="allow_pickle must be True or False, got 'False'"):
+        codec.loads(frame, allow_pickle="False")
+    assert codec.loads(frame, allow_pickle=1) == [1]            # 0/1 as tensorpack code passes

@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from .._helpers import check_flag
 from ._common import IndexedDataset, require
 from .download import dataset_url, download, extract_tar, get_dataset_path
 from .ilsvrc import _imread
@@ -33,6 +34,7 @@ class BSDS500(IndexedDataset):
         if name not in ("train", "test", "val"):
             raise ValueError(f"BSDS500: name must be 'train', 'test' or 'val', got {name!r}")
         self.name = name
+        check_flag("BSDS500: shuffle", shuffle)      # None keeps its meaning
         self.shuffle = shuffle
         data_dir = data_dir if data_dir is not None else get_dataset_path("bsds500_data")
         if not os.path.isdir(os.path.join(data_dir, "BSR")):

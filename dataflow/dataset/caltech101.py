@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 
+from .._helpers import check_flag
 from ._common import IndexedDataset, require
 from .download import dataset_url, download, get_dataset_path
 
@@ -24,6 +25,7 @@ class Caltech101Silhouettes(IndexedDataset):
             raise ValueError(f"Caltech101Silhouettes: name must be 'train', 'test' or 'val', "
                              f"got {name!r}")
         self.name = name
+        check_flag("Caltech101Silhouettes: shuffle", shuffle)      # None keeps its meaning
         self.shuffle = shuffle
         dir = dir if dir is not None else get_dataset_path("caltech101_data")
         path = os.path.join(dir, _FILE)

@@ -5,6 +5,7 @@ import zlib
 
 import numpy as np
 
+from .._helpers import check_flag
 from ._common import IndexedDataset
 from .download import dataset_url, download, get_dataset_path
 
@@ -53,6 +54,7 @@ class Mnist(IndexedDataset):
             raise ValueError(f"{type(self).__name__}: train_or_test must be 'train' or 'test', "
                              f"got {train_or_test!r}")
         self.train_or_test = train_or_test
+        check_flag("Mnist: shuffle", shuffle)      # None keeps its meaning
         self.shuffle = shuffle
         self.dir = dir if dir is not None else get_dataset_path(self._DIR)
         paths = [self._maybe_download(name) for name in _FILES[train_or_test]]

@@ -4,6 +4,7 @@ import threading
 
 import numpy as np
 
+from .._helpers import check_flag
 from ._common import IndexedDataset, require
 from .download import dataset_url, download, get_dataset_path
 
@@ -28,6 +29,7 @@ class SVHNDigit(IndexedDataset):
             raise ValueError(f"SVHNDigit: name must be 'train', 'test' or 'extra', "
                              f"got {name!r}")
         self.name = name
+        check_flag("SVHNDigit: shuffle", shuffle)      # None keeps its meaning
         self.shuffle = shuffle
         data_dir = data_dir if data_dir is not None else get_dataset_path("svhn_data")
         path = os.path.join(data_dir, name + "_32x32.mat")

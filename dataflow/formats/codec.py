@@ -42,6 +42,7 @@ import struct
 
 import numpy as np
 
+from .._helpers import check_flag
 from .. import _msgpack as msgpack   # msgpack's own classes, even after msgpack_numpy.patch()
 
 __all__ = ["FORMATS", "ZERO_COPY_MIN", "dumps", "loads", "sniff", "DecodeError",
@@ -220,6 +221,8 @@ def loads(buf, *, allow_pickle=True, where=None):
         allow_pickle (bool): accept pickle values (and object arrays inside msgpack).
         where (str): names the value in errors, e.g. "file /x.lmdb, record b'00000003'".
     """
+    if allow_pickle.__class__ is not bool:      # "False" would be true: unpickling on
+        allow_pickle = check_flag("allow_pickle", allow_pickle)
     if sniff(buf) == "pickle":
         if not allow_pickle:
             _refuse(where)

@@ -12,7 +12,8 @@ import os
 import numpy as np
 
 from .. import checkpoint as _ckpt
-from ..base import RNGDataFlow
+from .._helpers import check_flag
+from ..base import RNGDataFlow, check_dataflow
 from ._files import require, write_aside
 
 __all__ = ["HDF5Serializer", "HDF5Data"]
@@ -35,7 +36,11 @@ class HDF5Data(_ckpt.IndexedSource, RNGDataFlow):
     def __init__(self, filename, data_paths, shuffle=True):
         h5py = _h5py("HDF5Data")
         self.filename = os.fspath(filename)
+        if isinstance(data_paths, (str, bytes)):       # its letters would be the paths
+            raise TypeError(f"HDF5Data({self.filename!r}): data_paths must be a list of dataset "
+                            f"paths, got the string {data_paths!r}")
         self.data_paths = list(data_paths)
+        check_flag("HDF5Data: shuffle", shuffle)
         self.shuffle = shuffle
         if not self.data_paths:
             raise ValueError(f"HDF5Data({self.filename!r}): data_paths is empty")
@@ -103,6 +108,7 @@ class HDF5Serializer:
         otherwise ``ValueError`` names the file, the datapoint and the dataset. The file is
         written under a temporary name beside ``path`` and renamed when complete."""
         h5py = _h5py("HDF5Serializer")
+        df = check_dataflow(df, "HDF5Serializer.save")
         path = os.fspath(path)
         if isinstance(data_paths, (str, bytes)):
             raise TypeError(f"HDF5Serializer.save: data_paths must be a list of dataset names, "

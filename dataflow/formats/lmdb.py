@@ -40,6 +40,7 @@ import threading
 import numpy as np
 
 from .. import checkpoint as _ckpt
+from .._helpers import check_flag, check_int
 from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow, as_dataflow
 from ..common import MapData
 from ..raw import _guard_of
@@ -252,7 +253,8 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         """
         _lmdb("LMDBData")
         self.lmdb_path = os.fspath(lmdb_path)
-        self.shuffle = shuffle
+        self.shuffle = shuffle = check_flag("LMDBData: shuffle", shuffle)
+        allow_pickle = check_flag("LMDBData: allow_pickle", allow_pickle)
         self._env = None
         env = _Env.acquire(self.lmdb_path)
         try:
@@ -273,7 +275,15 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
         if isinstance(keys, str):
             return [keys.format(i).encode("ascii") for i in range(self._size)]
         if keys is not None:
-            return [k.encode("ascii") if isinstance(k, str) else bytes(k) for k in keys]
+            # bytes(1) would be b'\x00': an int key is a mistake, not a key
+            seq = list(keys) if hasattr(keys, "__iter__") and not isinstance(keys, bytes) \
+                else [keys]
+            if not all(isinstance(k, (str, bytes, bytearray, memoryview, np.bytes_))
+                       for k in seq):
+                raise TypeError(f"LMDBData({self.lmdb_path!r}): keys must be a list of keys "
+                                f"(bytes or str) or a format string such as '{{:08d}}', got "
+                                f"{keys!r:.80}")
+            return [k.encode("ascii") if isinstance(k, str) else bytes(k) for k in seq]
         if raw_keys is not None and (allow_pickle or codec.sniff(raw_keys) == "msgpack"):
             where = f"LMDB {self.lmdb_path}, record {_KEYS!r}"
             found = codec.loads(raw_keys, allow_pickle=allow_pickle, where=where)
@@ -665,10 +675,8 @@ class LMDBSerializer:
         if format not in codec.FORMATS:
             raise ValueError(f"LMDBSerializer.save: unknown format {format!r}: expected one of "
                              f"{codec.FORMATS}")
-        write_frequency = int(write_frequency)
-        if write_frequency < 1:
-            raise ValueError(f"LMDBSerializer.save: write_frequency must be >= 1, got "
-                             f"{write_frequency}")
+        write_frequency = check_int("LMDBSerializer.save: write_frequency", write_frequency, 1,
+                                    whole_floats=True)
         path = os.fspath(path)
         data_file, lock_file, _ = _layout(path)
         if os.path.exists(data_file):

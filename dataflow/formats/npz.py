@@ -16,6 +16,7 @@ import zipfile
 
 import numpy as np
 
+from ..base import check_dataflow
 from ..raw import DataFromList
 from ._files import write_aside
 
@@ -37,6 +38,9 @@ class NumpySerializer:
         """Iterate ``df`` once (after ``reset_state()``) and write all its datapoints to
         ``path`` (``.npz`` is appended if missing, as numpy does). The file is written under a
         temporary name beside ``path`` and renamed when complete."""
+        df = check_dataflow(df, "NumpySerializer.save")
+        if not os.path.basename(os.fspath(path)):       # "" or "dir/": a file named ".npz"
+            raise ValueError(f"NumpySerializer.save: path must name a file, got {path!r}")
         df.reset_state()
         _size_for_progress(df)      # as tensorpack: len() errors other than "unknown" propagate
         datapoints = list(df)

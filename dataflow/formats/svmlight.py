@@ -4,6 +4,7 @@ import os
 import numpy as np
 
 from .. import checkpoint as _ckpt
+from .._helpers import check_flag
 from ..base import RNGDataFlow
 from ._files import require
 
@@ -21,6 +22,7 @@ class SVMLightData(_ckpt.IndexedSource, RNGDataFlow):
     def __init__(self, filename, shuffle=True):
         datasets = require("sklearn.datasets", "SVMLightData", "formats")
         self.filename = os.fspath(filename)
+        check_flag("SVMLightData: shuffle", shuffle)
         self.shuffle = shuffle
         if not os.path.exists(self.filename):
             raise FileNotFoundError(f"{self.filename}: no such file")

@@ -19,6 +19,7 @@ import os
 import struct
 
 from .. import checkpoint as _ckpt
+from .._helpers import check_flag, check_int
 from ..base import DataFlow, UnknownLengthError, as_dataflow
 from ..common import FixedSizeData
 from ..raw import _guard_of
@@ -56,7 +57,7 @@ class TFRecordData(_ckpt.PassPosition, DataFlow):
 
     def __init__(self, path, *, allow_pickle=True):
         self.path = os.fspath(path)
-        self.allow_pickle = allow_pickle
+        self.allow_pickle = check_flag("TFRecordSerializer: allow_pickle", allow_pickle)
         if not os.path.isfile(self.path):
             raise FileNotFoundError(f"TFRecord file {self.path!r} does not exist")
         _crc32c("TFRecordSerializer")
@@ -186,5 +187,6 @@ class TFRecordSerializer:
         """
         ds = TFRecordData(path, allow_pickle=allow_pickle)
         if size is not None:
-            ds = FixedSizeData(ds, int(size))
+            ds = FixedSizeData(ds, check_int("TFRecordSerializer.load: size", size, 0,
+                                             whole_floats=True))
         return ds

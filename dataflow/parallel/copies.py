@@ -5,7 +5,7 @@ import itertools
 
 from .. import checkpoint as _ckpt
 from .. import rng as _rng
-from ..base import EndlessError, as_dataflow
+from ..base import EndlessError, check_dataflow
 from .._helpers import (check_int, dataflow_length, empty_pass_error, func_name, pass_progress,
                        position_mid_pass)
 from ..stats import tell_label
@@ -137,7 +137,7 @@ class CopiesRunner(_ckpt.CopiesPosition, ParallelMapData):
 
     def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
         self.num_prefetch = check_int("num_prefetch", num_prefetch, 1)    # not "buffer_size"
-        ds = as_dataflow(ds)
+        ds = check_dataflow(ds, type(self).__name__)
         super().__init__(_Tickets(dataflow_length(ds)), num_workers, OwnCopy(ds),
                          buffer_size=num_prefetch, timeout=timeout)
         tell_label(self, type(ds).__name__)       # a runner: copies of a dataflow

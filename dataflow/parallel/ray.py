@@ -558,8 +558,16 @@ def _check_max_restarts(n):
     check_int("max_restarts", n, 0)
 
 
+# CPUs an actor may reserve: more than any machine has is a mistake (Ray refuses quantities
+# above 1e14 only when the actor is made, and waits for ever for what no node has)
+_MAX_CPUS_PER_WORKER = 4096
+
+
 def _check_cpus(n):
-    return check_positive_number("num_cpus_per_worker", n)
+    n = check_positive_number("num_cpus_per_worker", n)
+    if not n <= _MAX_CPUS_PER_WORKER:
+        raise ValueError(f"num_cpus_per_worker must be at most {_MAX_CPUS_PER_WORKER}, got {n!r}")
+    return n
 
 
 class _RayChunks:

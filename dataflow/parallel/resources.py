@@ -101,15 +101,22 @@ def explain_start_failure(exc, wid, num_workers):
     return None
 
 
-def _available_memory():
+def memory_available():
+    """The memory available to new allocations in bytes (Linux's ``MemAvailable``), or
+    ``None`` where it is unknown."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return f"{int(line.split()[1]) // 1024} MiB available"
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
-    return "available memory unknown"
+    return None
+
+
+def _available_memory():
+    n = memory_available()
+    return "available memory unknown" if n is None else f"{n // (1 << 20)} MiB available"
 
 
 # The longest path of a Unix socket file: sockaddr_un.sun_path holds 108 bytes on Linux, 104 on

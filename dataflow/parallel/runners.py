@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import checkpoint as _ckpt
 from .. import config
-from ..base import EndlessError, as_dataflow
+from ..base import EndlessError, check_dataflow
 from .._helpers import (add_note, available_cpus, check_int, dataflow_length, is_int,
                        position_mid_pass, repeat_forever)
 from ..collate import aggregate_batch
@@ -128,7 +128,8 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
         super().__init__(_Tickets(None), num_thread, get_df, buffer_size=num_prefetch)
 
     def _reset_source(self):
-        self._dfs = [as_dataflow(self.get_df()) for _ in range(self.num_workers)]
+        self._dfs = [check_dataflow(self.get_df(), "MultiThreadRunner: get_df()")
+                     for _ in range(self.num_workers)]
         self._copies = list(self._dfs)
         for df in self._dfs:
             df.reset_state()
@@ -389,6 +390,10 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
     def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None, *,
                  start_method=None, max_restarts=0, timeout=None):
         check_int("batch_size", batch_size, 1)
+        ds = check_dataflow(ds, "MultiProcessMapAndBatchData")
+        if not callable(map_func):
+            raise TypeError(f"MultiProcessMapAndBatchData: map_func must be callable, got "
+                            f"{map_func!r:.60}")
         n = dataflow_length(ds)
         if n is not None and batch_size > n:
             raise ValueError(f"batch_size={batch_size} is larger than the dataflow ({n})")

@@ -16,6 +16,7 @@ worker write into that segment again. So an array the user still holds is never 
 user who keeps many results alive makes the pool grow instead of stalling it.
 """
 import collections
+import errno
 import mmap
 import os
 import socket
@@ -24,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from .resources import segment_error
+from .resources import memory_available, segment_error
 
 __all__ = ["SharedMemoryError", "SegmentPool", "SegmentReader", "shared_empty", "ALIGN"]
 
@@ -47,9 +48,20 @@ def aligned(n):
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+# Segments at least this large are first compared with the memory available: reserving the
+# blocks of a memfd takes them from RAM at once, and one beyond it woke the kernel's OOM killer
+# (which may end any process) where a MemoryError was due.
+_CHECKED_SIZE = 64 << 20
+
+
 def _anonymous_file(size):
     """An open file descriptor of ``size`` bytes of memory that has no name anywhere, its
     blocks reserved (a full file system raises here, not SIGBUS on first write)."""
+    if size >= _CHECKED_SIZE:
+        available = memory_available()
+        if available is not None and size > available:
+            raise SharedMemoryError(segment_error(
+                size, OSError(errno.ENOMEM, "more than the memory available")))
     directory = None
     try:
         if hasattr(os, "memfd_create"):
@@ -166,7 +178,10 @@ class SegmentPool:
         """An array whose memory is a segment of its own, to be returned in a result without a
         copy. The segment goes back to the pool when both sides are done with it."""
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        if any(int(d) < 0 for d in dims):           # numpy.empty's own check (and message)
+            raise ValueError(f"negative dimensions are not allowed, got shape {shape!r}")
+        nbytes = int(np.prod(dims, dtype=object)) * dtype.itemsize    # object: no overflow
         seg = self._hold(nbytes)
         holder = _Lease((max(nbytes, 1),), np.uint8, buffer=seg.mm)
         weakref.finalize(holder, self._drop_local, seg.id, seg.address)
