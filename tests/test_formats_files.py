@@ -106,3 +106,18 @@ def test_a_writer_killed_mid_save_leaves_only_a_temporary_file_that_the_next_sav
     assert labels(load(path)) == [0, 1, 2]
     assert sorted(os.listdir(tmp_path)) == \
         [f"data.{writer}"] + (["data.lmdb-lock"] if writer == "lmdb" else [])
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_a_saved_file_has_the_mode_open_would_give_it(tmp_path, writer, umask):
+    # the temporary file of mkstemp is 0600, and the rename kept that: a dataset written for a
+    # team could not be read by it
+    path = str(tmp_path / f"a.{writer}")
+    old = os.umask(umask)
+    try:
+        WRITERS[writer][0](source(), path)
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
+    assert labels(WRITERS[writer][1](path)) == [0, 1, 2]

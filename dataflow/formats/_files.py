@@ -57,6 +57,22 @@ def remove_stale(path):
                 os.unlink(os.path.join(directory, entry))
 
 
+def _umask():
+    """The process's umask: from ``/proc/self/status`` on Linux, elsewhere by setting it and
+    back (the only portable way, which another thread creating a file at that moment could
+    see)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def write_aside(path):
     """Yields a temporary path in the directory of ``path`` (see the module doc); when the
@@ -71,6 +87,10 @@ def write_aside(path):
     os.close(fd)
     try:
         yield tmp
+        # mkstemp's file is 0600: give the file the mode open() would have (0666 less the
+        # umask), so that a dataset written for others can be read by them
+        if os.path.isfile(tmp):
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
