@@ -121,3 +121,16 @@ def test_a_saved_file_has_the_mode_open_would_give_it(tmp_path, writer, umask):
         os.umask(old)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
     assert labels(WRITERS[writer][1](path)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_path_in_no_directory_or_naming_none_is_refused_before_writing(tmp_path, writer):
+    # the errors named the temporary file ("/nodir/.x.lmdb.host-123-ab.tmp: No such file"), and
+    # a path of "" wrote a file named ".tmp"-something or ".npz"
+    missing = str(tmp_path / "nodir" / f"a.{writer}")
+    with pytest.raises(FileNotFoundError, match=r"cannot write .*: the directory .*nodir' does "
+                                                r"not exist"):
+        WRITERS[writer][0](source(), missing)
+    with pytest.raises(ValueError, match="must name a file, got ''"):
+        WRITERS[writer][0](source(), "")
+    assert os.listdir(tmp_path) == []

@@ -457,4 +457,7 @@ def test_bad_paths_and_data_paths_are_refused(tmp_path):
     with pytest.raises(TypeError, match="data_paths must be a list of dataset paths, got the "
                                         "string 'xy'"):
         D.HDF5Data(path, "xy")
+    for bad in (5, ["x", 5]):           # a bare "'int' object is not iterable", or at the read
+        with pytest.raises(TypeError, match="data_paths must be a list of dataset paths"):
+            D.HDF5Data(path, bad)
     assert not os.path.exists(str(tmp_path / ".npz"))

@@ -262,3 +262,9 @@ def test_tfrecord_reads_resume_exactly(tmp_path, size):
         df.load_state_dict(state)
         got += [int(dp[0]) for _ in range(2) for dp in df]
         assert got == ref, (cut, got, ref)
+
+
+def test_a_directory_is_named_as_one(tmp_path):
+    # it said the file "does not exist"
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        TFRecordSerializer.load(str(tmp_path))

@@ -13,7 +13,7 @@ import re
 import socket
 import tempfile
 
-__all__ = ["write_aside", "aside_prefix", "remove_stale", "require"]
+__all__ = ["write_aside", "check_target", "aside_prefix", "remove_stale", "require"]
 
 
 def _host():
@@ -73,13 +73,26 @@ def _umask():
     return mask
 
 
+def check_target(path):
+    """``os.fspath(path)``, a file in an existing directory; otherwise an error naming it (the
+    write would fail naming its temporary file, or write a file named ".tmp")."""
+    path = os.fspath(path)
+    if not os.path.basename(path):
+        raise ValueError(f"the path to write must name a file, got {path!r}")
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"cannot write {path!r}: the directory {directory!r} does not "
+                                f"exist")
+    return path
+
+
 @contextlib.contextmanager
 def write_aside(path):
     """Yields a temporary path in the directory of ``path`` (see the module doc); when the
     block succeeds, the temporary file is renamed to ``path`` (atomic on POSIX), otherwise it
     is removed. So a crash or an error never leaves a half-written file under the final name;
     the temporary files of writers killed before (this host's) are removed first."""
-    path = os.fspath(path)
+    path = check_target(path)
     remove_stale(path)
     prefix = aside_prefix(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(prefix), prefix=os.path.basename(prefix),

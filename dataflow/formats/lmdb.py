@@ -45,7 +45,7 @@ from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow,
 from ..common import MapData
 from ..raw import _guard_of
 from . import _lmdbscan, codec
-from ._files import aside_prefix, remove_stale, require
+from ._files import aside_prefix, check_target, remove_stale, require
 
 __all__ = ["LMDBSerializer", "LMDBData", "LMDBDataDecoder", "CaffeLMDB"]
 
@@ -681,6 +681,7 @@ class LMDBSerializer:
         data_file, lock_file, _ = _layout(path)
         if os.path.exists(data_file):
             raise FileExistsError(f"LMDB file {data_file} exists!")
+        check_target(data_file)
         df.reset_state()
         remove_stale(data_file)         # what writers killed before left (see _files)
         tmp = f"{aside_prefix(data_file)}{secrets.token_hex(4)}.tmp"

@@ -58,7 +58,9 @@ class TFRecordData(_ckpt.PassPosition, DataFlow):
     def __init__(self, path, *, allow_pickle=True):
         self.path = os.fspath(path)
         self.allow_pickle = check_flag("TFRecordSerializer: allow_pickle", allow_pickle)
-        if not os.path.isfile(self.path):
+        if os.path.isdir(self.path):
+            raise IsADirectoryError(f"TFRecord file {self.path!r} is a directory")
+        if not os.path.exists(self.path):
             raise FileNotFoundError(f"TFRecord file {self.path!r} does not exist")
         _crc32c("TFRecordSerializer")
 
