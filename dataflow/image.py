@@ -18,6 +18,7 @@ the same as a parallel map's. Differences from tensorpack 0.11, all fixes:
 * ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files``, not the caller's list, and
   a missing or unreadable file raises an error naming it.
 """
+import collections.abc
 import contextlib
 import copy as _copy
 import logging
@@ -146,10 +147,20 @@ def _as_list(dp):
     return list(dp) if isinstance(dp, tuple) else dp
 
 
+def _check_key(who, name, key):
+    """``TypeError`` unless ``key`` can name a component: an int (a numpy one too) for a list
+    datapoint, any other key but a float or None for a dict one. (True was taken as index 1;
+    1.5 and None failed only at the first datapoint.)"""
+    if isinstance(key, (bool, float, np.floating)) or key is None or \
+            not isinstance(key, collections.abc.Hashable):
+        raise TypeError(f"{who}: {name} must be an int (or a dict key), got {key!r}")
+
+
 class _AugmentComponent(Op):
     """The map function of :class:`AugmentImageComponent`: augment component ``index``."""
 
     def __init__(self, augs, index, copy, handler):
+        _check_key("AugmentImageComponent", "index", index)
         super().__init__(index)
         self.augs, self.copy, self.handler = augs, copy, handler
 
@@ -172,10 +183,8 @@ class _AugmentCoordinates(Op):
 
     def __init__(self, augs, img_index, coords_index, copy, handler):
         super().__init__(None)
-        for name, key in (("img_index", img_index), ("coords_index", coords_index)):
-            if isinstance(key, (bool, float)) or key is None:   # True was taken as index 1
-                raise TypeError(f"AugmentImageCoordinates: {name} must be an int or a dict key, "
-                                f"got {key!r}")
+        _check_key("AugmentImageCoordinates", "img_index", img_index)
+        _check_key("AugmentImageCoordinates", "coords_index", coords_index)
         self.augs, self.copy, self.handler = augs, copy, handler
         self.img_index, self.coords_index = img_index, coords_index
 
@@ -206,6 +215,10 @@ class _AugmentComponents(Op):
 
     def __init__(self, augs, index, coords_index, copy, handler):
         super().__init__(None)
+        for i in index:
+            _check_key("AugmentImageComponents", "index", i)
+        for i in coords_index:
+            _check_key("AugmentImageComponents", "coords_index", i)
         self.augs, self.copy, self.handler = augs, copy, handler
         self.indices, self.coords_index = tuple(index), tuple(coords_index)
 

@@ -672,6 +672,8 @@ def log_stats(df, report_interval=30.0, level=logging.INFO):
                          f"0 stops the reports), got {report_interval!r}")
     if isinstance(level, str) and isinstance(logging.getLevelName(level), int):
         level = logging.getLevelName(level)             # "INFO", as Logger.setLevel takes it
+    if isinstance(level, numbers.Integral) and not isinstance(level, bool):
+        level = int(level)                              # a numpy int too
     if not isinstance(level, int) or isinstance(level, bool):
         raise ValueError(f"log_stats: level must be a logging level (logging.INFO or 'INFO'), "
                          f"got {level!r}")

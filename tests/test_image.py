@@ -661,7 +661,11 @@ def test_tensorpacks_module_helpers_are_here(caplog):
      "AugmentImageComponents: copy must be True or False"),
     # True was taken as index 1: the coordinates were augmented as an image
     (lambda ds, a: AugmentImageCoordinates(ds, a, img_index=True), TypeError,
-     "AugmentImageCoordinates: img_index must be an int or a dict key, got True"),
+     r"AugmentImageCoordinates: img_index must be an int \(or a dict key\), got True"),
+    (lambda ds, a: AugmentImageComponent(ds, a, index=1.5), TypeError,
+     r"AugmentImageComponent: index must be an int \(or a dict key\), got 1.5"),
+    (lambda ds, a: AugmentImageComponents(ds, a, index=(0, None)), TypeError,
+     r"AugmentImageComponents: index must be an int \(or a dict key\), got None"),
     # channel=1.5 was read as 1
     (lambda ds, a: dataflow.ImageFromFile(["a.jpg"], channel=1.5), ValueError,
      "ImageFromFile: channel must be 1 or 3, got 1.5"),

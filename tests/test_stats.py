@@ -529,6 +529,7 @@ def test_log_stats_validates_its_arguments():
     with pytest.raises(ValueError, match="level must be a logging level"):
         D.log_stats(df, 1, level="LOUD")
     D.log_stats(df, 1, level="INFO")
+    D.log_stats(df, 1, level=np.int64(20))      # a numpy int is an int (it was refused)
     D.log_stats(df, None)
     for t in _reporter_threads():
         t.join(5)
