@@ -343,3 +343,11 @@ def test_dumps_reentrant_and_bounded_pool():
     with pytest.raises(TypeError):
         codec.dumps([object()])
     assert codec.dumps([1, {"b": 2}]) == msgpack.packb([1, {"b": 2}], use_bin_type=True)
+
+
+def test_loads_of_no_buffer_names_it():
+    # "object of type 'int' has no len()" before
+    for bad in (5, None):
+        with pytest.raises(TypeError, match="codec.loads needs a bytes-like object .* got "
+                                            f"{type(bad).__name__}"):
+            codec.loads(bad)

@@ -223,7 +223,12 @@ def loads(buf, *, allow_pickle=True, where=None):
     """
     if allow_pickle.__class__ is not bool:      # "False" would be true: unpickling on
         allow_pickle = check_flag("allow_pickle", allow_pickle)
-    if sniff(buf) == "pickle":
+    try:
+        kind = sniff(buf)
+    except TypeError:                           # no len() or no bytes: not a buffer
+        raise TypeError(f"{_where(where)}codec.loads needs a bytes-like object (bytes, "
+                        f"memoryview, mmap slice), got {type(buf).__name__}") from None
+    if kind == "pickle":
         if not allow_pickle:
             _refuse(where)
         try:
