@@ -512,8 +512,11 @@ def stats(df, wall=None):
     now = time.perf_counter()
     if wall is None:
         _, _, _, first, last, _ = _figures(df, now)
-        wall = (last - first) if (first is not None and last is not None) else 0.0
-    wall = max(0.0, float(wall))
+        wall = max(0.0, last - first) if (first is not None and last is not None) else 0.0
+    elif isinstance(wall, bool) or not isinstance(wall, numbers.Real) or \
+            not 0 <= wall < math.inf:           # NaN and -5 were taken as 0, "abc" bare
+        raise ValueError(f"stats: wall must be a number of seconds >= 0, got {wall!r}")
+    wall = float(wall)
     root, _ = _node(df, now, "0", {}, wall)
     root["wall_s"] = round(wall, 6)
     root["consumer_s"] = round(max(0.0, wall - root["time_s"]), 6)

@@ -521,6 +521,17 @@ def test_log_stats_keeps_time_with_a_slow_consumer_and_stops(caplog, root):
     assert not _reporter_threads()
 
 
+def test_stats_validates_its_wall_argument():
+    # "abc" failed in float(); NaN and -5 were taken as 0
+    df = numbers(3)
+    df.reset_state()
+    list(df)
+    for bad in ("abc", float("nan"), -5, float("inf"), True):
+        with pytest.raises(ValueError, match="stats: wall must be a number of seconds >= 0"):
+            D.stats(df, wall=bad)
+    assert D.stats(df, wall=2)["wall_s"] == 2.0
+
+
 def test_log_stats_validates_its_arguments():
     df = numbers(3)
     for bad in (float("nan"), float("inf"), -1, "x", True):
