@@ -64,8 +64,9 @@ def check_int(name, value, minimum, whole_floats=False):
     """``int(value)`` if ``value`` is an integer (see :func:`is_int`) >= ``minimum``; else
     ``ValueError`` naming ``name``. With ``whole_floats``, a float of integral value (``3.0``,
     ``1e4``) is taken too, for counts that tensorpack passed through ``int()``."""
-    if whole_floats and isinstance(value, float) and value.is_integer():
-        value = int(value)
+    if whole_floats and isinstance(value, numbers.Real) and \
+            not isinstance(value, numbers.Integral) and float(value).is_integer():
+        value = int(value)                  # 3.0, 1e4, numpy.float32(5.0)
     if not is_int(value) or value < minimum:
         what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {what}, got {value!r}")

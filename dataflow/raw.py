@@ -52,7 +52,8 @@ class FakeData(RNGDataFlow):
         """
         super().__init__()
         if not isinstance(shapes, (list, tuple)) or \
-                not all(isinstance(s, (list, tuple, np.ndarray)) for s in shapes):
+                not all(hasattr(s, "__iter__") and not isinstance(s, (str, bytes))
+                        for s in shapes):
             raise TypeError(f"FakeData: shapes must be a list of shapes (lists or tuples of "
                             f"ints), got {shapes!r}")
         self.shapes = [tuple(check_int(f"FakeData: shapes[{i}]", d, 0) for d in s)

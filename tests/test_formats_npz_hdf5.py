@@ -460,4 +460,5 @@ def test_bad_paths_and_data_paths_are_refused(tmp_path):
     for bad in (5, ["x", 5]):           # a bare "'int' object is not iterable", or at the read
         with pytest.raises(TypeError, match="data_paths must be a list of dataset paths"):
             D.HDF5Data(path, bad)
+    assert len(D.HDF5Data(path, np.array(["x"]))) == 1      # any sequence of names, as 0.11
     assert not os.path.exists(str(tmp_path / ".npz"))

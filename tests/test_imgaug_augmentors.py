@@ -817,12 +817,19 @@ def test_arguments_of_the_wrong_kind_are_refused_when_built(make, match):
 
 
 def test_optional_arguments_still_take_none_and_flags_take_ints():
-    # None where it is the default, rgb=None (per-channel Contrast), 0/1 for flags as tensorpack
-    # code passes them
+    # None for any argument with a default (OpenCV takes interp=None as its default; Clip
+    # clips one side), rgb=None (per-channel Contrast), 0/1 for flags as tensorpack code
+    # passes them
     img = image(20, 30).astype(np.float32)
     assert imgaug.Contrast((0.6, 1.4), rgb=None, clip=1).augment(img).shape == img.shape
     assert imgaug.RandomCropRandomShape(4, 4, wmax=None, hmax=None).augment(img).ndim == 3
     assert imgaug.Rotation(10, step_deg=None).augment(img).shape == img.shape
+    assert imgaug.Rotation(10, interp=None, border=None, border_value=None).augment(
+        img).shape == img.shape
+    assert imgaug.Resize((8, 8), interp=None).augment(img).shape == (8, 8, 3)
+    np.testing.assert_array_equal(imgaug.Clip(min=0, max=None).augment(img - 10),
+                                  np.clip(img - 10, 0, None))
+    assert imgaug.RandomCutout(4, 4, fill=None).augment(img.copy()).shape == img.shape
 
 
 def test_equal_size_bounds_still_mean_a_fixed_size():

@@ -170,6 +170,7 @@ def test_normalize_errors():
         Normalize("3", "2")
     with pytest.raises(TypeError, match=r"Normalize: std must be.*\[1, '2'\]"):
         Normalize(0, [1, "2"])
+    assert Normalize(np.array([1.0, 2.0], dtype=object), 1).mean == [1.0, 2.0]   # numbers
 
 
 def test_hwc2chw():
@@ -272,6 +273,7 @@ def test_typecast():
     for bad in (None, []):
         with pytest.raises(TypeError, match="TypeCast: dtype must name a numeric dtype"):
             TypeCast(bad)
+    assert TypeCast([("x", "f4"), ("y", "f4")]).dtype.names == ("x", "y")    # a record dtype
     with pytest.raises(ValueError, match="TypeCast: cannot cast"):
         TypeCast(np.float32)(np.array(["abc"]))
     with pytest.raises(ValueError, match="TypeCast: cannot cast list to float32"):

@@ -298,6 +298,7 @@ def test_fakedata_refuses_bad_arguments_when_built(kwargs, error, match):
     with pytest.raises(error, match=match):
         FakeData(**kwargs)
     assert len(FakeData([[2, 3]], size=1e3)) == 1000       # a whole float, as int() took it
+    assert len(FakeData([range(2, 4)], size=np.float32(5))) == 5   # any sequence; numpy floats
 
 
 def test_datafromgenerator_refuses_a_bad_size_when_built():

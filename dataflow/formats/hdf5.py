@@ -39,11 +39,11 @@ class HDF5Data(_ckpt.IndexedSource, RNGDataFlow):
         if isinstance(data_paths, (str, bytes)):       # its letters would be the paths
             raise TypeError(f"HDF5Data({self.filename!r}): data_paths must be a list of dataset "
                             f"paths, got the string {data_paths!r}")
-        if not isinstance(data_paths, (list, tuple)) or \
-                not all(isinstance(d, str) for d in data_paths):
+        paths = list(data_paths) if hasattr(data_paths, "__iter__") else None
+        if paths is None or not all(isinstance(d, str) for d in paths):
             raise TypeError(f"HDF5Data({self.filename!r}): data_paths must be a list of dataset "
                             f"paths (str), got {data_paths!r:.80}")
-        self.data_paths = list(data_paths)
+        self.data_paths = paths
         check_flag("HDF5Data: shuffle", shuffle)
         self.shuffle = shuffle
         if not self.data_paths:

@@ -452,8 +452,10 @@ def check_argument_kinds(aug, params):
     """``TypeError`` naming the augmentor and the argument when an argument of a built-in
     augmentor is of the wrong kind, instead of being taken as Python would take it: a yes/no
     flag given as a string (``"False"`` is true), a number given as a string (``"3"`` was
-    turned into 3 by numpy, or failed at the first image) or as ``None`` where ``None`` is not
-    its default, a function that is not callable. Values are not range-checked here."""
+    turned into 3 by numpy, or failed at the first image) or as ``None`` for a required one
+    (one with a default may be given ``None``: OpenCV takes ``interp=None`` as its default,
+    ``Clip(max=None)`` clips one side), a function that is not callable. Values are not
+    range-checked here."""
     who = type(aug).__name__
     defaults = None
     for name, value in params.items():
@@ -465,7 +467,7 @@ def check_argument_kinds(aug, params):
                 if defaults is None:
                     defaults = {k: p.default for k, p in
                                 inspect.signature(type(aug).__init__).parameters.items()}
-                if defaults.get(name, inspect.Parameter.empty) is not None:
+                if defaults.get(name, inspect.Parameter.empty) is inspect.Parameter.empty:
                     raise TypeError(f"{who}: {name} must be a number, got None")
             elif _holds_text(value) or isinstance(value, bool):
                 raise TypeError(f"{who}: {name} must be a number (or a tuple of numbers), got "

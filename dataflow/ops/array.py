@@ -27,7 +27,7 @@ class TypeCast(Op):
             raise TypeError(f"TypeCast: not a numpy dtype: {dtype!r}") from e
         if self.dtype.kind == "O":
             raise TypeError("TypeCast: casting to the object dtype is not supported")
-        if dtype is None or self.dtype.kind == "V":
+        if dtype is None or (self.dtype.kind == "V" and not self.dtype.names):
             # np.dtype(None) is float64 and np.dtype([]) an empty record: both are mistakes
             raise TypeError(f"TypeCast: dtype must name a numeric dtype, got {dtype!r}")
 

@@ -445,8 +445,9 @@ class Normalize(Op):
     def _vector(name, v):
         try:
             a = np.asarray(v)
-            if a.dtype.kind not in "biuf":    # text ("3") would be read as a number
-                raise TypeError
+            if a.dtype.kind in "USa" or (a.dtype.kind == "O" and any(
+                    isinstance(x, (str, bytes)) for x in a.flat)):
+                raise TypeError               # text ("3") would be read as a number
             a = a.astype(np.float32)
         except (TypeError, ValueError):
             raise TypeError(f"Normalize: {name} must be a number or a sequence of numbers, "
