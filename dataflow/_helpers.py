@@ -125,9 +125,10 @@ def position_mid_pass(position):
     return not (isinstance(position, dict) and position.get("open", True) is False)
 
 
-def repeat_forever(df, who):
+def repeat_forever(df, who, on_pass_end=None):
     """The datapoints of ``df``, pass after pass, for ``who``; a pass that yields nothing and
-    makes no progress (:func:`pass_progress`) raises :func:`empty_pass_error`."""
+    makes no progress (:func:`pass_progress`) raises :func:`empty_pass_error`.
+    ``on_pass_end()`` is called after each pass."""
     while True:
         got, mark = False, pass_progress(df)
         for dp in df:
@@ -135,6 +136,8 @@ def repeat_forever(df, who):
             yield dp
         if not got and pass_progress(df) == mark:
             raise empty_pass_error(who, df)
+        if on_pass_end is not None:
+            on_pass_end()
 
 
 def component(dp, key, who):

@@ -61,3 +61,29 @@ def test_list_of_an_endless_dataflow_fails_at_once(make, no_leaks):
         assert not issubclass(D.EndlessError, TypeError)
     finally:
         df.close()
+
+
+def _drop_all(dp):
+    return None
+
+
+def _keep_every_fifth(dp):
+    return dp if dp[0] % 5 == 0 else None
+
+
+@pytest.mark.timeout(60)
+def test_map_and_batch_of_a_map_that_drops_everything_raises_instead_of_waiting(no_leaks):
+    # the source repeats forever inside, so no pass ends: it waited for a batch for ever
+    df = D.MultiProcessMapAndBatchData(D.DataFromGenerator(_gen), 1, _drop_all, 2)
+    df.reset_state()
+    with pytest.raises(ValueError, match="map_func dropped every datapoint .* whole passes of "
+                                         "the source"):
+        next(iter(df))
+    df.close()
+    # a map that drops most datapoints goes on batching what it keeps
+    df = D.MultiProcessMapAndBatchData(
+        D.DataFromGenerator(lambda: iter([[i] for i in range(7)])), 1, _keep_every_fifth, 2)
+    df.reset_state()
+    it = iter(df)
+    assert all(set(next(it)[0].tolist()) <= {0, 5} for _ in range(5))
+    df.close()

@@ -300,10 +300,14 @@ class MultiProcessRunnerZMQ(MultiProcessRunner):
 
 
 class _Groups:
-    """An endless source of lists of ``batch_size`` consecutive datapoints of ``ds``."""
+    """An endless source of ``(pass, group)``: lists of ``batch_size`` consecutive datapoints of
+    ``ds``, each with the number of the pass of ``ds`` it ended in (counted from the start of
+    the iteration). ``pass_groups[p]`` is the number of groups of pass ``p`` once it has ended:
+    what :class:`_EmptyPasses` needs to tell a whole pass whose datapoints were all dropped."""
 
     def __init__(self, ds, batch_size):
         self.ds, self.batch_size = ds, batch_size
+        self.pass_groups = {}
 
     def reset_state(self):
         self.ds.reset_state()
@@ -318,19 +322,26 @@ class _Groups:
     _resumed = False
 
     def __iter__(self):
+        counts = self.pass_groups = {}
+        state = [0, 0]                      # the pass now, its groups so far
+
+        def end_pass():
+            counts[state[0]] = state[1]
+            state[0], state[1] = state[0] + 1, 0
+        forever = repeat_forever(self.ds, "MultiProcessMapAndBatchData", on_pass_end=end_pass)
         if not self._resumed:
-            return self._groups(repeat_forever(self.ds, "MultiProcessMapAndBatchData"))
+            return self._groups(forever, state)
         # resumed: the first pass of ds may have nothing left (see checkpoint)
         self._resumed = False
-        return self._groups(itertools.chain(self.ds, repeat_forever(
-            self.ds, "MultiProcessMapAndBatchData")))
+        return self._groups(itertools.chain(self.ds, _then(end_pass), forever), state)
 
-    def _groups(self, datapoints):
+    def _groups(self, datapoints, state):
         group = []
         for dp in datapoints:
             group.append(dp)
             if len(group) == self.batch_size:
-                yield group
+                state[1] += 1
+                yield state[0], group
                 group = []
 
     # Between two groups nothing is held: the position is that of ds (the mapper records it
@@ -349,6 +360,46 @@ class _Groups:
         return {"batch_size": self.batch_size}
 
 
+def _then(fn):
+    """An empty iterable that calls ``fn()`` when it is reached."""
+    fn()
+    return
+    yield
+
+
+class _EmptyPasses:
+    """Tells when a map-and-batch over a source of unknown length can never yield again: two
+    whole passes of the source, and at least :data:`EMPTY_DATAPOINTS` datapoints, whose groups
+    all came back empty (``map_func`` dropped every datapoint) since the last batch. The source
+    repeats forever inside, so no pass would end and the consumer would wait for ever. (A
+    random filter that keeps few datapoints does not trip it: that many drops in a row, across
+    two whole passes, is what a map that drops everything gives.)"""
+
+    EMPTY_DATAPOINTS = 10000
+
+    def __init__(self, groups):
+        self.groups = groups            # the _Groups: its pass_groups
+        self.received = {}              # pass -> results received
+        self.kept = set()               # passes that gave a batch
+        self.last_kept = -1
+
+    def result(self, p, batch):
+        self.received[p] = self.received.get(p, 0) + 1
+        if batch is not None:
+            self.kept.add(p)
+            self.last_kept = max(self.last_kept, p)
+            return
+        done = self.groups.pass_groups
+        empty = [q for q, n in self.received.items()
+                 if q > self.last_kept and q not in self.kept and done.get(q) == n]
+        dropped = sum(done[q] for q in empty) * self.groups.batch_size
+        if len(empty) >= 2 and dropped >= self.EMPTY_DATAPOINTS:
+            raise ValueError(
+                f"MultiProcessMapAndBatchData: map_func dropped every datapoint (returned None) "
+                f"of {len(empty)} whole passes of the source, {dropped} datapoints in a row; over "
+                f"a source of unknown length, repeated forever, no batch would ever come")
+
+
 class _MapAndBatch:
     """The worker function of MultiProcessMapAndBatchData: map a group, batch the results.
     Messages name the user's function (``__wrapped__``) and the group ("batch #k", see
@@ -363,7 +414,10 @@ class _MapAndBatch:
     def __wrapped__(self):
         return self.map_func
 
-    def __call__(self, group):
+    def __call__(self, tagged):
+        """``(pass, group)`` -> ``(pass, batch)``, the batch ``None`` when every datapoint of
+        the group was dropped."""
+        p, group = tagged
         f, mapped = self.map_func, []
         for j, dp in enumerate(group):
             try:
@@ -374,7 +428,7 @@ class _MapAndBatch:
                 raise
             if r is not None:
                 mapped.append(r)
-        return aggregate_batch(mapped) if mapped else None
+        return p, (aggregate_batch(mapped) if mapped else None)
 
 
 class MultiProcessMapAndBatchData(MultiProcessMapData):
@@ -404,11 +458,30 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         else:
             buffer_size = check_int("buffer_size", buffer_size, 1)
         self.batch_size = batch_size
-        super().__init__(_Groups(ds, batch_size), num_proc, _MapAndBatch(map_func),
+        self._groups = _Groups(ds, batch_size)
+        self._length_known = n is not None
+        super().__init__(self._groups, num_proc, _MapAndBatch(map_func),
                          buffer_size=max(1, buffer_size // batch_size),
                          start_method=start_method, max_restarts=max_restarts,
                          timeout=timeout)
         self.buffer_size_datapoints = buffer_size
+
+    def __iter__(self):
+        return self._batches(super().__iter__())
+
+    def _batches(self, results):
+        """The batches of the map's results ``(pass, batch)``; a group whose datapoints were all
+        dropped gives none. Over a source of unknown length, :class:`_EmptyPasses` watches for
+        a map that drops everything."""
+        watch = None if self._length_known else _EmptyPasses(self._groups)
+        try:
+            for p, batch in results:
+                if watch is not None:
+                    watch.result(p, batch)
+                if batch is not None:
+                    yield batch
+        finally:
+            results.close()
 
 
 MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchData
