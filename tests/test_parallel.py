@@ -611,3 +611,24 @@ def test_slow_first_datapoints_do_not_keep_chunks_small():
         assert sum(1 for _ in df) == 2002
         batches = D.stats(df)["parallel"]["batches"]
     assert batches <= 2 * 2002 // 64 + 8, batches
+
+
+def slow_double(dp):
+    time.sleep(0.02)
+    return double(dp)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_iterator_made_before_reset_state_raises_at_its_next_next(make, strict):
+    # strict: a pass that had sent its whole source went on sending to the new workers and
+    # waited for ever for what it had sent to the old ones
+    df = make(Numbers(20), 1, slow_double, strict=strict)
+    df.reset_state()
+    it = iter(df)
+    for _ in range(3):       # (the whole source is sent by now; the next result is not
+        next(it)             # back yet: the map takes 20 ms)
+    df.reset_state()
+    with pytest.raises(RuntimeError, match=r"reset_state\(\) was called while this iteration"):
+        next(it)
+    assert sorted(dp[0] for dp in df) == [2 * i for i in range(20)]     # a new pass works
+    df.close()

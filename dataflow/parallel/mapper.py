@@ -425,6 +425,9 @@ class ParallelMapData(ProxyDataFlow):
                     yield value
                 else:
                     yield from policy.handle(kind, value)
+            # resumed after a yield: closed or reset meanwhile, the executor and state are new
+            # ones, which must get nothing of this pass (it waited for ever for what it sent)
+            self._check_current(st)
             if not exhausted:
                 index, exhausted = self._send(source, index, self._room())
             # Outstanding seqs are in send order, so the last one tells whether any of this
