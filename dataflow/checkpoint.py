@@ -366,6 +366,8 @@ class CopiesPosition:
             return dict(self._replay)
         if self._loaded is not None:
             return self._loaded
+        if self._state is None and getattr(self, "_closed_position", None) is not None:
+            return self._closed_position   # taken by close() (see ParallelMapData.close)
         st, records, r = self._state, self._records, self._resume
         if r is not None:              # iter() was called, its first next() not yet
             npass, handled, open_ = r["pass"], r["handled"], r["open"]

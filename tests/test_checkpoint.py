@@ -1269,3 +1269,44 @@ def random_pipeline(r):
 @pytest.mark.parametrize("seed", range(30))
 def test_random_compositions_resume_exactly(seed):
     check_every_step(lambda: random_pipeline(random.Random(seed)), n_passes=3)
+
+
+@pytest.mark.parametrize("workers, processes", [(0, False), (2, False), (2, True)],
+                         ids=["serial", "threads", "processes"])
+def test_close_keeps_the_pass_numbers_and_the_position_as_serial_mapdata_does(
+        no_leaks, workers, processes):
+    # after close() a parallel map started again at pass 0: an epoch loop written as
+    # "with df: for dp in df" drew epoch 0's random numbers every epoch, and a state_dict()
+    # taken after close() said pass 0 (a resume repeated what was handed over)
+    def build():
+        return D.MapData(numbers(10), noisy, num_parallel_workers=workers,
+                         python_multiprocessing=processes)
+    D.set_seed(SEED)
+    df = build()
+    df.reset_state()
+    epochs = []
+    for _ in range(3):
+        with df:
+            epochs.append(sorted(plain(x) for x in df))
+    assert epochs == [sorted(one) for one in passes_of_serial(3)]
+    assert epochs[0] != epochs[1] != epochs[2]
+    it = iter(df)
+    taken = [plain(next(it)) for _ in range(4)]
+    df.close()
+    state = through_json(df.state_dict())
+    it.close()
+    D.set_seed(SEED)
+    again = build()
+    again.load_state_dict(state)
+    again.reset_state()
+    rest = [plain(x) for x in again]
+    again.close()
+    D.set_seed(SEED)
+    assert sorted(taken + rest) == sorted(passes_of_serial(4)[3])
+
+
+def passes_of_serial(n):
+    D.set_seed(SEED)
+    df = D.MapData(numbers(10), noisy)
+    df.reset_state()
+    return passes(df, n)

@@ -134,6 +134,7 @@ class CopiesRunner(_ckpt.CopiesPosition, ParallelMapData):
     executor with :meth:`_own_copies` as its ``make_func``."""
 
     keys_random_streams = False    # it runs dataflows, not a map function (base.random_stage)
+    _restarts_source = True        # its copies are made again after close() (see mapper)
 
     def __init__(self, ds, num_workers, num_prefetch, *, timeout=None):
         self.num_prefetch = check_int("num_prefetch", num_prefetch, 1)    # not "buffer_size"

@@ -151,6 +151,8 @@ class ParallelMapData(ProxyDataFlow):
         self._exec = None
         self._finalizer = None
         self._state = None
+        self._carry = None                 # after close(): (run, npass) the next pass goes on from
+        self._closed_position = None       # after close(): the position state_dict() gives
         self._resume = None                # a position loaded by load_state_dict, not yet used
         self._policy = None                # the _ErrorPolicy of the pass being iterated
         self._pstats = ParallelStats()     # what dataflow.stats() reports for the workers
@@ -179,11 +181,28 @@ class ParallelMapData(ProxyDataFlow):
     def _reset_source(self):
         self.ds.reset_state()
 
+    # Whether the iteration after close() resets the source too: a map's source goes on where
+    # it is (as serial MapData's); a runner's copies are made again (see copies.CopiesRunner)
+    _restarts_source = False
+
     def reset_state(self):
-        """(Re)start: reset the source, start fresh workers, forget anything in flight."""
+        """(Re)start: reset the source, start fresh workers, forget anything in flight; the
+        next pass is pass 0 again (as serial ``MapData``'s)."""
+        self._carry = None
+        self._start(reset_source=True)
+
+    def _start(self, reset_source):
+        """Start fresh workers and a new :class:`_Pass`. After ``close()`` (``reset_source``
+        false: the iteration that follows a ``close()`` starts them), the source goes on where
+        it is and the passes keep their numbers (the keys of random ops), as serial
+        ``MapData``'s do: a ``with df:`` block per epoch draws each epoch's own numbers."""
         self._stop()
-        self._reset_source()
-        self._state = _Pass()
+        self._closed_position = None
+        if reset_source:
+            self._reset_source()
+        self._state = st = _Pass()
+        if self._carry is not None:
+            st.run, st.npass = self._carry
         self.num_skipped = self.num_replaced = 0
         self._worker_base = {}          # the figures of a new pool start at zero
         if self._tuner is not None:
@@ -194,7 +213,19 @@ class ParallelMapData(ProxyDataFlow):
     def close(self):
         """Stop the workers and release their resources, then close the source; idempotent.
         Also done on garbage collection and at interpreter exit. ``reset_state()`` starts
-        again."""
+        again; so does the next iteration, which goes on with the next pass (an open pass is
+        abandoned), as serial ``MapData`` does."""
+        st = self._state
+        if st is not None:
+            # the numbers of the next pass: a strict pass is one run of the source; a non-strict
+            # one reads on from a new run too (what was in flight is gone)
+            self._carry = (st.run, st.npass + (1 if st.in_pass and not self.strict else 0))
+            # and the position, as a state_dict() now would give it: an open pass can still be
+            # resumed from a state taken after close(), as serial MapData's can
+            try:
+                self._closed_position = self._get_position()
+            except Exception:           # a source that cannot say where it is: raised then
+                self._closed_position = None
         self._stop()
         super().close()
 
@@ -238,7 +269,9 @@ class ParallelMapData(ProxyDataFlow):
             if self._exec is None:
                 if started:
                     raise RuntimeError(CLOSED_WHILE_ITERATING)
-                self.reset_state()
+                # the first iteration, or one after close(): after close() the source and the
+                # pass numbers go on (see _start)
+                self._start(reset_source=self._carry is None or self._restarts_source)
             if self.strict:
                 st = self._state
                 if begun is None or begun[0] is not st or begun[1] != st.begun:
@@ -617,6 +650,8 @@ class ParallelMapData(ProxyDataFlow):
     def _get_position(self):
         if self._resume is not None:
             return self._resume
+        if self._state is None and self._closed_position is not None:
+            return self._closed_position
         position = self._position()
         if self.on_error != "raise":
             position["errors"] = self._error_counts()
@@ -641,7 +676,11 @@ class ParallelMapData(ProxyDataFlow):
         if st is None or (strict and not st.in_pass) or not st.marks:
             # nothing sent in this pass: the source is where the next pass starts
             if st is None:
-                run, npass = 0, 0
+                # never started (pass 0), or closed (the next pass, see close())
+                run, npass = (0, 0) if self._carry is None else \
+                    (self._carry[0] + 1, self._carry[1])
+                if strict:
+                    npass = run
             elif strict:
                 run = npass = st.run + 1 if not st.in_pass else st.run
             else:

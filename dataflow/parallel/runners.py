@@ -117,6 +117,8 @@ class MultiThreadRunner(_ckpt.CopiesPosition, ParallelMapData):
     _autotune_ok = False       # one copy of the dataflow per thread: a fixed count
     _copies_name = "num_thread"
 
+    _restarts_source = True        # its copies are made again after close() (see mapper)
+
     def __init__(self, get_df, num_prefetch, num_thread):
         if not callable(get_df):
             raise TypeError(f"get_df must be a callable returning a DataFlow, got {get_df!r}")
