@@ -632,3 +632,37 @@ def test_an_iterator_made_before_reset_state_raises_at_its_next_next(make, stric
         next(it)
     assert sorted(dp[0] for dp in df) == [2 * i for i in range(20)]     # a new pass works
     df.close()
+
+
+def interrupt_after_a_receive(df, at=3):
+    """Make the ``at``-th result batch the executor hands over vanish in a KeyboardInterrupt
+    (a Ctrl-C landing after the batch left the workers and before the map recorded it)."""
+    ex, calls = df._exec, [0]
+    original = ex.get
+
+    def get(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == at:
+            raise KeyboardInterrupt
+        return out
+    ex.get = get
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_loop_run_again_after_ctrl_c_gets_a_whole_pass(make, strict, ordered):
+    # the interrupted pass's bookkeeping was kept: the loop run again waited for ever for the
+    # results lost with the interrupt (or failed with a bare KeyError on results it never
+    # recorded)
+    df = make(Numbers(300), 2, double, strict=strict, ordered=ordered, buffer_size=8)
+    df.reset_state()
+    interrupt_after_a_receive(df)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in df:
+            pass
+    again = [dp[0] for dp in df]
+    assert len(again) == 300
+    if strict:
+        assert sorted(again) == [2 * i for i in range(300)]
+    df.close()

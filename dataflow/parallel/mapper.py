@@ -272,16 +272,26 @@ class ParallelMapData(ProxyDataFlow):
                 # the first iteration, or one after close(): after close() the source and the
                 # pass numbers go on (see _start)
                 self._start(reset_source=self._carry is None or self._restarts_source)
-            if self.strict:
-                st = self._state
-                if begun is None or begun[0] is not st or begun[1] != st.begun:
-                    # reset_state(), or another iter() that began a pass, came in between
-                    if st.in_pass and self._resume is None:
-                        self._abandon()
-                    begun = self._begin_strict()
-                yield from self._strict_pass(*begun)
-            else:
-                yield from self._endless_pass()
+            try:
+                if self.strict:
+                    st = self._state
+                    if begun is None or begun[0] is not st or begun[1] != st.begun:
+                        # reset_state(), or another iter() that began a pass, came in between
+                        if st.in_pass and self._resume is None:
+                            self._abandon()
+                        begun = self._begin_strict()
+                    yield from self._strict_pass(*begun)
+                else:
+                    yield from self._endless_pass()
+            except BaseException as e:
+                if not isinstance(e, (Exception, GeneratorExit)):
+                    # KeyboardInterrupt (Ctrl-C) comes at any instruction: maybe between
+                    # handing work to or from the workers and recording it. The bookkeeping can
+                    # no longer be trusted (a loop run again waited for ever for lost results,
+                    # or failed on results it never recorded): stop the workers as close()
+                    # does; the next iteration starts them again, on the next pass.
+                    self.close()
+                raise
 
     def _check_current(self, st):
         """An iteration whose state ``reset_state()`` (or ``close()``) replaced cannot go on:
