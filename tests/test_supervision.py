@@ -1142,3 +1142,21 @@ def test_a_sigint_that_another_thread_receives_still_interrupts_a_waiting_consum
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_worker_sees_its_executor_gone_when_the_consumer_closes_its_socket_pair():
+    # a start that failed half-way (a Ctrl-C while the fork server forked the worker) left a
+    # worker nobody knew the pid of; it waited for tasks as long as the consumer lived. An idle
+    # worker now also ends when the consumer's end of its socket pair is closed.
+    import socket
+    from dataflow.parallel.worker import _executor_gone
+    mine, theirs = socket.socketpair()
+    try:
+        assert not _executor_gone(theirs)
+        mine.send(b"x")                  # data waiting is no end either
+        assert not _executor_gone(theirs)
+        theirs.recv(1)
+        mine.close()
+        assert _executor_gone(theirs)
+    finally:
+        theirs.close()

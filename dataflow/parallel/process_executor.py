@@ -27,7 +27,7 @@ from .protocol import CLOSED_WHILE_ITERATING, ERR, PROCESS, Executor, WorkerErro
 from .shm import SegmentReader
 from . import cvthreads, resources, transport
 from .start import (_Shipped, _get_context, _live_executors, _sigint_held, _without_main_module,
-                    default_start_method, replace_lost_fork_server)
+                    default_start_method, ensure_fork_server)
 from .supervisor import WorkerCrashedError, describe_exit, next_wait
 from .worker import _worker_main
 
@@ -190,6 +190,8 @@ class ProcessExecutor(Executor):
         endpoint = self._endpoints(key)
         forking = self.start_method == "fork"
         try:
+            if self.start_method == "forkserver":
+                ensure_fork_server()            # before _sigint_held blocks SIGINT
             # forked: OpenCV's pool threads stopped first, or the child may inherit their locks
             with cvthreads.stopped_for_fork(forking) as cv_settable, \
                     _without_main_module(self.start_method), _sigint_held(self.start_method), \
@@ -208,8 +210,6 @@ class ProcessExecutor(Executor):
                 warnings.filterwarnings("ignore", category=DeprecationWarning,
                                         message=".*fork.*")
                 transport.bind_private(sock, endpoint)    # before the worker connects
-                if self.start_method == "forkserver":
-                    replace_lost_fork_server()
                 p.start()
         except BaseException as e:
             for s in (mine, stack_mine):

@@ -182,11 +182,13 @@ def _sigint_held(method):
     SIGINT (Python leaves an inherited ``SIG_IGN`` alone), so from the main thread, the only one
     that may change handlers, SIGINT is also ignored while the worker is started (a few
     milliseconds: a Ctrl-C that another thread of this process receives then is lost; one that
-    reaches this thread stays pending, and is delivered when this returns). Not for
-    ``forkserver``: the server that
-    this may start would keep the mask for every process it forks, the user's too (our workers
-    start from it in milliseconds)."""
-    if method == "forkserver" or not hasattr(signal, "pthread_sigmask"):
+    reaches this thread stays pending, and is delivered when this returns).
+
+    With ``forkserver`` the server must already run (:func:`ensure_fork_server`), or the one
+    the start makes would keep the mask for every process it forks, the user's too; then the
+    mask keeps a Ctrl-C from landing between the server's fork and the pid it sends back, which
+    left the forked worker running with no one who knew its pid."""
+    if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -215,6 +217,14 @@ def _get_context(method):
 
 
 _lost_fork_servers = []   # liveness pipes of fork servers that lost their socket file
+
+
+def ensure_fork_server():
+    """Start multiprocessing's fork server now, if it does not run, with SIGINT as it is here
+    (before :func:`_sigint_held` blocks it; replacing a server whose socket file was lost
+    first, see :func:`replace_lost_fork_server`)."""
+    replace_lost_fork_server()
+    mp_forkserver.ensure_running()
 
 
 def replace_lost_fork_server():

@@ -87,6 +87,19 @@ def _take_messages(sock, pool, tasks):
             return False
 
 
+def _executor_gone(fd_sock):
+    """Whether the consumer closed its end of our socket pair: the executor that started us is
+    gone while the consumer lives on. A start that failed half-way does that: a Ctrl-C while
+    the fork server forked us left no one who knew our pid, and we waited for tasks as long as
+    the consumer lived."""
+    try:
+        return fd_sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False                    # open, nothing to read: the usual case
+    except OSError:
+        return True
+
+
 def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, consumer_pid,
                  pdeathsig, forked_by_consumer, nice, cv_threads, cv_inherited, torch_inherited):
     """Body of a worker process: run the chunks that arrive, until told to stop or orphaned."""
@@ -137,7 +150,8 @@ def _worker_main(wid, endpoint, secret, fd_sock, stack_sock, shipped, seed, cons
         tasks = collections.deque()
         while True:
             if not tasks and not sock.poll(int(_LIVENESS_INTERVAL * 1000)):
-                if os.getppid() != parent or not process_alive(consumer_pid):
+                if os.getppid() != parent or not process_alive(consumer_pid) or \
+                        _executor_gone(fd_sock):
                     transport.remove_orphaned_endpoints(endpoint)
                     break
                 continue
