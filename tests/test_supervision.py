@@ -1160,3 +1160,33 @@ def test_a_worker_sees_its_executor_gone_when_the_consumer_closes_its_socket_pai
         assert _executor_gone(theirs)
     finally:
         theirs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cls", ["MultiProcessMapData", "MultiThreadMapData"])
+def test_a_background_thread_iterating_at_exit_prints_nothing(cls):
+    # the exit hook closes every dataflow: a daemon thread that looped over one printed
+    # "RuntimeError: the dataflow was closed while it was being iterated" at every exit
+    code = textwrap.dedent(f"""
+        import threading, time
+        import dataflow as D
+        def slow(dp):
+            time.sleep(0.05)
+            return dp
+        df = D.{cls}(D.DataFromList([[i] for i in range(1000)]), 2, slow)
+        df.reset_state()
+        def loop():
+            while True:
+                for _ in df:
+                    pass
+        threading.Thread(target=loop, daemon=True).start()
+        time.sleep(0.3)
+        print("main done", flush=True)
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                       env=env)
+    assert p.returncode == 0 and p.stdout == "main done\n"
+    assert "Traceback" not in p.stderr and "closed while it was being iterated" not in p.stderr, \
+        p.stderr

@@ -11,6 +11,7 @@ executor behave the same. An executor only runs chunks; its contract is
 import collections
 import copy
 import logging
+import threading
 import time
 import weakref
 
@@ -87,6 +88,12 @@ class _Pass:
         self.floor = 0             # non-strict: results of lower seqs are discarded (a load)
         self.source_error = None   # what the source raised: raised once all it gave is out
         self.begun = 0             # strict: passes begun, to tell an iterator's from a newer one
+
+
+def _exiting_in_a_daemon_thread():
+    """Whether this is a daemon thread while the interpreter exits (the main thread is marked
+    stopped before the exit hooks run, which close every dataflow)."""
+    return threading.current_thread().daemon and not threading.main_thread().is_alive()
 
 
 class ParallelMapData(ProxyDataFlow):
@@ -283,6 +290,13 @@ class ParallelMapData(ProxyDataFlow):
                     yield from self._strict_pass(*begun)
                 else:
                     yield from self._endless_pass()
+            except RuntimeError as e:
+                if str(e) == CLOSED_WHILE_ITERATING and _exiting_in_a_daemon_thread():
+                    # closed by the interpreter's exit under a background thread's loop: that
+                    # thread is stopped with the interpreter in a moment; a traceback printed
+                    # at every exit would only alarm (it cannot be acted on)
+                    threading.Event().wait()
+                raise
             except BaseException as e:
                 if not isinstance(e, (Exception, GeneratorExit)):
                     # KeyboardInterrupt (Ctrl-C) comes at any instruction: maybe between
