@@ -1190,3 +1190,39 @@ def test_a_background_thread_iterating_at_exit_prints_nothing(cls):
     assert p.returncode == 0 and p.stdout == "main done\n"
     assert "Traceback" not in p.stderr and "closed while it was being iterated" not in p.stderr, \
         p.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_background_thread_still_raises_when_a_thread_the_exit_waits_for_closes_its_dataflow():
+    # the main thread has returned but another (non-daemon) thread closes the dataflow and
+    # joins the background one: it must get its RuntimeError, or that join never returns
+    code = textwrap.dedent("""
+        import threading, time
+        import dataflow as D
+        def slow(dp):
+            time.sleep(0.05)
+            return dp
+        df = D.MultiThreadMapData(D.DataFromList([[i] for i in range(1000)]), 2, slow)
+        df.reset_state()
+        def loop():
+            try:
+                while True:
+                    for _ in df:
+                        pass
+            except RuntimeError:
+                print("background: RuntimeError", flush=True)
+        background = threading.Thread(target=loop, daemon=True)
+        background.start()
+        def closer():
+            time.sleep(0.3)
+            df.close()
+            background.join()
+            print("closer: joined", flush=True)
+        threading.Thread(target=closer).start()
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "background: RuntimeError\ncloser: joined\n", p.stdout

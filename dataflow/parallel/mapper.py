@@ -91,9 +91,12 @@ class _Pass:
 
 
 def _exiting_in_a_daemon_thread():
-    """Whether this is a daemon thread while the interpreter exits (the main thread is marked
-    stopped before the exit hooks run, which close every dataflow)."""
-    return threading.current_thread().daemon and not threading.main_thread().is_alive()
+    """Whether this is a daemon thread while the interpreter runs its exit hooks (which close
+    every dataflow): the main thread is marked stopped, and no other thread that the exit
+    waits for is alive (while one is, it may still wait for this thread, which must then end)."""
+    main = threading.main_thread()
+    return threading.current_thread().daemon and not main.is_alive() and \
+        not any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not main)
 
 
 class ParallelMapData(ProxyDataFlow):
