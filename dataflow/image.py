@@ -45,9 +45,10 @@ def _shape2d(a):
     """tensorpack's ``shape2d``: an int ``a`` is ``[a, a]``, a pair is ``list(a)``."""
     if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
         return [int(a), int(a)]
-    if isinstance(a, (list, tuple)) and len(a) == 2:
-        return list(a)
-    raise ValueError(f"Illegal shape: {a!r} (expected an int or a pair (h, w))")
+    if isinstance(a, (list, tuple)) and len(a) == 2 and \
+            all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in a):
+        return [int(v) for v in a]          # ("4", "5") and (1.5, 4) failed in OpenCV
+    raise ValueError(f"Illegal shape: {a!r} (expected an int or a pair (h, w) of ints)")
 
 
 def _check_image(img, what):
@@ -325,9 +326,14 @@ class ImageFromFile(_ckpt.IndexedSource, RNGDataFlow):
         if isinstance(files, (str, bytes, os.PathLike)):    # list() would split it in letters
             raise TypeError(f"ImageFromFile: files must be a list of paths, got the single path "
                             f"{files!r} (pass [{files!r}])")
+        if not hasattr(files, "__iter__"):
+            raise TypeError(f"ImageFromFile: files must be a list of paths, got {files!r}")
         files = list(files)
         if not files:
             raise ValueError("No image files given to ImageFromFile!")
+        bad = [f for f in files if not isinstance(f, (str, bytes, os.PathLike))]
+        if bad:                     # (None failed in os.stat, 5 in OpenCV, at the first read)
+            raise TypeError(f"ImageFromFile: files must be paths, got {bad[0]!r} among them")
         if isinstance(channel, bool) or channel not in (1, 3):     # 1.5 was taken as 1
             raise ValueError(f"ImageFromFile: channel must be 1 or 3, got {channel!r}")
         self.files = files

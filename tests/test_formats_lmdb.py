@@ -881,6 +881,8 @@ def test_lmdb_state_of_another_shuffle_setting_is_refused(tmp_path):
     (lambda p: LMDBData(p, shuffle="False"), TypeError, "LMDBData: shuffle must be True or False"),
     # int keys became b'\x00'-style keys and every record [key, None]
     (lambda p: LMDBData(p, keys=[1, 2]), TypeError, "keys must be a list of keys"),
+    (lambda p: LMDBData(p, keys="{}{}"), ValueError, "keys '{}{}' is no format string of one "
+                                                     "number"),
     (lambda p: LMDBSerializer.save(DataFromList([[1]]), p + "2", write_frequency=1.5),
      ValueError, "LMDBSerializer.save: write_frequency must be a positive int, got 1.5"),
 ])

@@ -671,6 +671,13 @@ def test_tensorpacks_module_helpers_are_here(caplog):
      "ImageFromFile: channel must be 1 or 3, got 1.5"),
     (lambda ds, a: dataflow.ImageFromFile(["a.jpg"], shuffle="False"), TypeError,
      "ImageFromFile: shuffle must be True or False"),
+    # None failed in os.stat and 5 inside OpenCV at the first read; a resize of strings or
+    # floats inside OpenCV too
+    (lambda ds, a: dataflow.ImageFromFile(["a.jpg", None]), TypeError,
+     "ImageFromFile: files must be paths, got None among them"),
+    (lambda ds, a: dataflow.ImageFromFile(5), TypeError, "files must be a list of paths, got 5"),
+    (lambda ds, a: dataflow.ImageFromFile(["a.jpg"], resize=("4", "5")), ValueError,
+     r"Illegal shape: \('4', '5'\)"),
 ])
 def test_bad_arguments_are_refused_when_built(make, error, match):
     ds = dataflow.DataFromList([[np.zeros((4, 4, 3), np.uint8), np.zeros((1, 2))]])

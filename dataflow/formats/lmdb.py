@@ -273,7 +273,12 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
 
     def _keys(self, keys, raw_keys, txn, allow_pickle):
         if isinstance(keys, str):
-            return [keys.format(i).encode("ascii") for i in range(self._size)]
+            try:
+                return [keys.format(i).encode("ascii") for i in range(self._size)]
+            except (IndexError, KeyError, ValueError) as e:    # "{}{}", "{name}", "{:q}"
+                raise ValueError(f"LMDBData({self.lmdb_path!r}): keys {keys!r} is no format "
+                                 f"string of one number, such as '{{:08d}}' ({type(e).__name__}: "
+                                 f"{e})") from None
         if keys is not None:
             # bytes(1) would be b'\x00': an int key is a mistake, not a key
             seq = list(keys) if hasattr(keys, "__iter__") and not isinstance(keys, bytes) \
