@@ -76,6 +76,8 @@ def check_int(name, value, minimum, whole_floats=False):
 def check_flag(name, value):
     """``bool(value)`` for a yes/no argument; ``TypeError`` naming ``name`` for a string, which
     would be taken by its truth (``"False"`` is true)."""
+    if value.__class__ is bool:         # the usual case first: it runs on hot paths too
+        return value
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)

@@ -575,12 +575,6 @@ def _load_bytes_api():
 _bytes_api = _load_bytes_api() if sys.implementation.name == "cpython" else None
 
 
-def _pickle_flag(value):
-    """``allow_pickle`` as a bool; ``TypeError`` for a string ("False" is true, and would turn
-    pickling on)."""
-    return value if value.__class__ is bool else check_flag("allow_pickle", value)
-
-
 def dumps(obj, *, allow_pickle=False):
     """Encode ``obj`` into one message and return it as ``bytes``.
 
@@ -590,7 +584,7 @@ def dumps(obj, *, allow_pickle=False):
     parts. :func:`loads` of it gives read-only arrays (``loads(bytearray(msg))`` writable
     ones).  Raises ``TypeError`` for unsupported values.
     """
-    allow_pickle = _pickle_flag(allow_pickle)
+    allow_pickle = check_flag("allow_pickle", allow_pickle)
     arrays = []
     header = _encode(obj, arrays, 0, True, allow_pickle)
     start = _PREFIX.size + 8 * len(arrays)
@@ -626,7 +620,7 @@ def loads(buf, *, allow_pickle=False):
     memory with ``buf``, when it is writable (a ``bytearray``).  Raises ``ValueError`` if
     ``buf`` is not a complete, well-formed message.
     """
-    allow_pickle = _pickle_flag(allow_pickle)
+    allow_pickle = check_flag("allow_pickle", allow_pickle)
     flat = np.frombuffer(buf, np.uint8)
     if flat.size < _PREFIX.size:
         raise ValueError(f"truncated dataflow.serialize message ({flat.size} bytes)")
@@ -660,7 +654,7 @@ def dumps_oob(obj, buffers, threshold=DEFAULT_OOB_THRESHOLD, *, allow_pickle=Fal
     ``loads_oob``/``loader_oob`` take that record as ``pickled``, decoding those headers in the
     order they were made.
     """
-    allow_pickle = _pickle_flag(allow_pickle)
+    allow_pickle = check_flag("allow_pickle", allow_pickle)
     if to_pickle is not None and not allow_pickle:
         raise ValueError("to_pickle needs allow_pickle=True")
     return _encode(obj, buffers, threshold, False, allow_pickle, to_pickle)
@@ -704,7 +698,7 @@ def loader_oob(buffers, *, allow_pickle=False, pickled=None):  # for the process
     message share them): the set-up is paid once, not per header. With ``pickled`` (the
     record of :func:`pickle_objects`), the headers made with that ``to_pickle`` list must be
     decoded in the order they were made. Raises ``ValueError`` for a malformed record."""
-    allow_pickle = _pickle_flag(allow_pickle)
+    allow_pickle = check_flag("allow_pickle", allow_pickle)
     def resolve(i):
         b = buffers[i]
         if not isinstance(b, np.ndarray):

@@ -221,8 +221,8 @@ def loads(buf, *, allow_pickle=True, where=None):
         allow_pickle (bool): accept pickle values (and object arrays inside msgpack).
         where (str): names the value in errors, e.g. "file /x.lmdb, record b'00000003'".
     """
-    if allow_pickle.__class__ is not bool:      # "False" would be true: unpickling on
-        allow_pickle = check_flag("allow_pickle", allow_pickle)
+    if allow_pickle.__class__ is not bool:      # (no call for a bool: one per record read)
+        allow_pickle = check_flag("allow_pickle", allow_pickle)    # "False" would be true
     try:
         kind = sniff(buf)
     except TypeError:                           # no len() or no bytes: not a buffer

@@ -703,11 +703,8 @@ class ParallelMapData(ProxyDataFlow):
         if st is None or (strict and not st.in_pass) or not st.marks:
             # nothing sent in this pass: the source is where the next pass starts
             if st is None:
-                # never started (pass 0), or closed (the next pass, see close())
-                run, npass = (0, 0) if self._carry is None else \
-                    (self._carry[0] + 1, self._carry[1])
-                if strict:
-                    npass = run
+                # never started: pass 0 (after close(), _get_position gives what close() took)
+                run, npass = 0, 0
             elif strict:
                 run = npass = st.run + 1 if not st.in_pass else st.run
             else:
