@@ -307,8 +307,9 @@ class _Groups:
     the iteration). ``pass_groups[p]`` is the number of groups of pass ``p`` once it has ended:
     what :class:`_EmptyPasses` needs to tell a whole pass whose datapoints were all dropped."""
 
-    def __init__(self, ds, batch_size):
+    def __init__(self, ds, batch_size, count_passes):
         self.ds, self.batch_size = ds, batch_size
+        self.count_passes = count_passes    # fill pass_groups (only _EmptyPasses reads it)
         self.pass_groups = {}
 
     def reset_state(self):
@@ -328,7 +329,8 @@ class _Groups:
         state = [0, 0]                      # the pass now, its groups so far
 
         def end_pass():
-            counts[state[0]] = state[1]
+            if self.count_passes:
+                counts[state[0]] = state[1]
             state[0], state[1] = state[0] + 1, 0
         forever = repeat_forever(self.ds, "MultiProcessMapAndBatchData", on_pass_end=end_pass)
         if not self._resumed:
@@ -381,19 +383,23 @@ class _EmptyPasses:
 
     def __init__(self, groups):
         self.groups = groups            # the _Groups: its pass_groups
-        self.received = {}              # pass -> results received
-        self.kept = set()               # passes that gave a batch
-        self.last_kept = -1
+        self.received = {}              # pass after the last kept batch's -> results received
+        self.last_kept = -1             # the latest pass that gave a batch
 
     def result(self, p, batch):
-        self.received[p] = self.received.get(p, 0) + 1
-        if batch is not None:
-            self.kept.add(p)
-            self.last_kept = max(self.last_kept, p)
-            return
+        if p <= self.last_kept:
+            return                      # a late result of a pass that gave a batch already
         done = self.groups.pass_groups
-        empty = [q for q, n in self.received.items()
-                 if q > self.last_kept and q not in self.kept and done.get(q) == n]
+        if batch is not None:
+            # what is kept is only about later passes: the counts stay few (the iteration is
+            # endless)
+            self.last_kept = p
+            for counts in (self.received, done):
+                for q in [q for q in counts if q <= p]:
+                    del counts[q]
+            return
+        self.received[p] = self.received.get(p, 0) + 1
+        empty = [q for q, n in self.received.items() if done.get(q) == n]
         dropped = sum(done[q] for q in empty) * self.groups.batch_size
         if len(empty) >= 2 and dropped >= self.EMPTY_DATAPOINTS:
             raise ValueError(
@@ -460,8 +466,8 @@ class MultiProcessMapAndBatchData(MultiProcessMapData):
         else:
             buffer_size = check_int("buffer_size", buffer_size, 1)
         self.batch_size = batch_size
-        self._groups = _Groups(ds, batch_size)
         self._length_known = n is not None
+        self._groups = _Groups(ds, batch_size, count_passes=not self._length_known)
         super().__init__(self._groups, num_proc, _MapAndBatch(map_func),
                          buffer_size=max(1, buffer_size // batch_size),
                          start_method=start_method, max_restarts=max_restarts,
