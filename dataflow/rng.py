@@ -281,15 +281,26 @@ def _packed_key(key):
     """The 64-bit sub-stream number of the usual keys (see :func:`map_key`): ``pass`` in bits
     48-63, the stage in bits 40-47, ``copy + 1`` (0 for no copy) in bits 32-39, ``index`` in
     bits 0-31; ``None`` for a key outside these ranges."""
-    if type(key) is not tuple or not 2 <= len(key) <= 4 or \
-            any(type(v) is not int or v < 0 for v in key):
+    if type(key) is not tuple:
         return None
-    p, i = key[0], key[1]
-    if len(key) == 4:
-        c, stage = key[2], key[3]
+    n = len(key)
+    if n == 2:
+        p, i = key
+        c = stage = 0
+    elif n == 3:
+        p, i, c = key
+        stage = 0
+        if type(c) is not int or c < 0:
+            return None
+        c += 1
+    elif n == 4:
+        p, i, c, stage = key
+        if type(c) is not int or type(stage) is not int or c < 0 or stage < 0:
+            return None
     else:
-        c, stage = (key[2] + 1 if len(key) == 3 else 0), 0
-    if p >= 1 << 16 or i >= 1 << 32 or c >= 1 << 8 or stage >= 1 << 8:
+        return None
+    if type(p) is not int or type(i) is not int or p < 0 or i < 0 or \
+            p >= 1 << 16 or i >= 1 << 32 or c >= 1 << 8 or stage >= 1 << 8:
         return None
     return (p << 48) | (stage << 40) | (c << 32) | i
 

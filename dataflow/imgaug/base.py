@@ -155,6 +155,20 @@ def uniform(rng, low, high):
     return rng.uniform(low, high)
 
 
+def uniform32(rng, low, high):
+    """``float32(uniform(rng, low, high))`` for scalar bounds: what an augmentor's
+    ``_rand_range(low, high)`` draws, for code that holds ``rng`` in a local (each
+    ``self.rng`` is a property lookup)."""
+    if _UNIFORM_EXACT and type(rng) is _RandomState and type(low) in _PLAIN_NUMBERS \
+            and type(high) in _PLAIN_NUMBERS:
+        # uniform()'s fast path written out: this runs for most random draws
+        lo = float(low)
+        span = float(high) - lo
+        if span - span == 0.0:                      # finite
+            return _float32(lo + span * rng.random_sample())
+    return _float32(uniform(rng, low, high))
+
+
 def is_native_augmentor(aug):
     """Whether ``aug`` (an :class:`ImageAugmentor`) runs its work in C with the GIL released:
     its class sets ``native = True`` in its own body or was marked with :func:`dataflow.native`;
@@ -226,17 +240,9 @@ class ImageAugmentor:
         float32 scalar, or an array of shape ``size``."""
         if high is None:
             low, high = 0, low
-        rng = self.rng
         if size is None:
-            if _UNIFORM_EXACT and type(rng) is _RandomState and type(low) in _PLAIN_NUMBERS \
-                    and type(high) in _PLAIN_NUMBERS:
-                # uniform()'s fast path written out: this runs for most random draws
-                lo = float(low)
-                span = float(high) - lo
-                if span - span == 0.0:                      # finite
-                    return _float32(lo + span * rng.random_sample())
-            return _float32(uniform(rng, low, high))
-        return rng.uniform(low, high, size).astype(np.float32)
+            return uniform32(self.rng, low, high)
+        return self.rng.uniform(low, high, size).astype(np.float32)
 
     def _init(self, params=None):
         """Set every entry of ``params`` (``locals()`` of ``__init__``) not named ``self`` and not
@@ -378,6 +384,17 @@ class AugmentorList(ImageAugmentor):
         for a in self.augmentors[1:]:
             tfms.append(LazyTransform(a.get_transform))
         return TransformList(tfms)
+
+    def augment(self, img):
+        """``get_transform(img).apply_image(img)``, without building the lazy list: each
+        member's transform is made from the previous member's output and applied at once, which
+        is what the lazy list does (the same draws in the same order, the same image)."""
+        check_dtype(img)
+        if img.ndim not in (2, 3):
+            raise ValueError(f"AugmentorList needs an HW or HWC image, got shape {img.shape}")
+        for a in self.augmentors:
+            img = a.get_transform(img).apply_image(img)
+        return img
 
     def reset_state(self):
         super().reset_state()

@@ -5,7 +5,7 @@ import numpy as np
 
 from ._cv import INTER_LINEAR
 from .base import (ImageAugmentor, ImagePlaceholder, PhotometricAugmentor, _AugmentorTransform,
-                   check_order, check_positive_size, randint, shape2d)
+                   check_order, check_positive_size, randint, shape2d, uniform32)
 from .misc import _shortest_edge_size
 from .transform import CropTransform, ResizeTransform, TransformList
 
@@ -109,15 +109,18 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         th, tw = shape2d(self.target_shape)
         h, w = img.shape[:2]
         area = h * w
+        rng = self.rng
+        area_lo, area_hi = self.crop_area_fraction
+        aspect_lo, aspect_hi = self.aspect_ratio_range
+        sqrt = np.sqrt
         for _ in range(10):
-            target_area = self._rand_range(*self.crop_area_fraction) * area
-            aspect = self._rand_range(*self.aspect_ratio_range)
-            ww = int(np.sqrt(target_area * aspect) + 0.5)
-            hh = int(np.sqrt(target_area / aspect) + 0.5)
-            if self._rand_range() < 0.5:
+            target_area = uniform32(rng, area_lo, area_hi) * area
+            aspect = uniform32(rng, aspect_lo, aspect_hi)
+            ww = int(sqrt(target_area * aspect) + 0.5)
+            hh = int(sqrt(target_area / aspect) + 0.5)
+            if uniform32(rng, 0, 1.0) < 0.5:
                 ww, hh = hh, ww
             if 0 < hh <= h and 0 < ww <= w:
-                rng = self.rng
                 x1 = randint(rng, 0, w - ww + 1)
                 y1 = randint(rng, 0, h - hh + 1)
                 return TransformList([CropTransform(y1, x1, hh, ww),

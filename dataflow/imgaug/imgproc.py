@@ -29,6 +29,7 @@ __all__ = ["Hue", "Brightness", "BrightnessScale", "Contrast", "MeanVarianceNorm
 logger = logging.getLogger("dataflow")
 
 _GREY_RGB = np.array([0.299, 0.587, 0.114])       # cv2's RGB2GRAY weights
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _channels(img):
@@ -62,7 +63,7 @@ def to_uint8(img):
     returned as is."""
     if img.dtype == np.uint8:
         return img
-    return np.clip(img, 0, 255).astype(np.uint8)
+    return img.clip(0, 255).astype(np.uint8)       # (the method: np.clip only adds calls)
 
 
 def _per_channel(reduce, img):
@@ -88,6 +89,15 @@ def channel_affine(img, mat, clip):
     shifted), but mixes channels in fixed point, up to 0.6 off: a uint8 image under a matrix
     that mixes channels is computed in float32 and rounded."""
     dtype = img.dtype
+    if dtype is _FLOAT32 and img.ndim == 3 and img.flags.c_contiguous and \
+            2 <= img.shape[2] <= 4:
+        # the usual case (a float32 colour image), written out: the same calls as below
+        c = cv2()
+        out = c.transform(img, mat)
+        if clip:
+            c.threshold(out, 255.0, 255.0, c.THRESH_TRUNC, out)
+            c.threshold(out, 0.0, 0.0, c.THRESH_TOZERO, out)
+        return out
     C = _channels(img)
     in_float = dtype != np.uint8 or C > 4 or not _is_diagonal(mat)
     if in_float and dtype != np.float32:
@@ -111,6 +121,16 @@ def channel_affine(img, mat, clip):
 def _diag(C, scale, offset):
     """The ``C x (C + 1)`` matrix of ``x * scale + offset`` per channel (``offset`` a scalar or
     one per channel)."""
+    if C == 3 and type(scale) is float:    # the usual case, the same matrix in one call
+        if type(offset) is float:
+            o0 = o1 = o2 = offset
+        elif type(offset) is np.ndarray and offset.shape == (3,):
+            o0, o1, o2 = offset.tolist()
+        else:
+            o0 = None
+        if o0 is not None:
+            return np.array(((scale, 0.0, 0.0, o0), (0.0, scale, 0.0, o1),
+                             (0.0, 0.0, scale, o2)))
     m = np.zeros((C, C + 1))
     m.flat[:C * (C + 2):C + 2] = scale        # the diagonal: every (C + 2)-th entry
     m[:, C] = offset
@@ -389,9 +409,12 @@ class Saturation(PhotometricAugmentor):
     def _augment(self, img, v):
         _need_colour(img, "Saturation")
         v = float(v)
-        m = _diag(img.shape[2], 1.0, 0.0)   # alpha, if any, as it is
-        m[:3, :3] = (1 - v) * _grey_weights(self.rgb)
-        m.flat[:3 * (m.shape[1] + 1):m.shape[1] + 1] += v    # the colour part's diagonal
+        g0, g1, g2 = ((1 - v) * _grey_weights(self.rgb)).tolist()   # each row: the grey part
+        if img.shape[2] == 3:
+            m = np.array(((g0 + v, g1, g2, 0.0), (g0, g1 + v, g2, 0.0), (g0, g1, g2 + v, 0.0)))
+        else:
+            m = _diag(4, 1.0, 0.0)           # alpha as it is
+            m[:3, :3] = ((g0 + v, g1, g2), (g0, g1 + v, g2), (g0, g1, g2 + v))
         return channel_affine(img, m, self.clip)
 
 

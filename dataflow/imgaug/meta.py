@@ -98,7 +98,7 @@ class RandomOrderAug(_Container):
         return self.aug_lists
 
     def get_transform(self, img):
-        idxs = self.rng.permutation(len(self.aug_lists))
+        idxs = self.rng.permutation(len(self.aug_lists)).tolist()
         tfms = [a.get_transform(img) for a in self.aug_lists]
         return TransformList([tfms[k] for k in idxs])
 
