@@ -607,10 +607,44 @@ def _parallel_line(p):
     return lines
 
 
+_ROOT_KEYS = ("wall_s", "consumer_s", "bottleneck")
+_NODE_KEYS = ("path", "stage", "produced", "passes", "time_s", "self_s", "input_s", "rate")
+
+
+def _check_stats_dict(root, who):
+    """``ValueError`` naming the first missing key unless ``root`` has the shape of what
+    :func:`stats` returns (a dict that is not one, ``{}`` say, failed with a bare
+    ``KeyError``)."""
+    def missing(node, keys, where):
+        if not isinstance(node, dict):
+            raise ValueError(f"dataflow.{who}: expected a DataFlow or the dict stats() returned; "
+                             f"{where} is of type {type(node).__name__}, not a dict")
+        for k in keys:
+            if k not in node:
+                raise ValueError(f"dataflow.{who}: expected a DataFlow or the dict stats() "
+                                 f"returned; {where} has no {k!r}")
+
+    missing(root, _ROOT_KEYS, "the dict")
+    stack = [(root, "the dict")]
+    while stack:
+        node, where = stack.pop()
+        if "same_as" in node:
+            missing(node, ("path", "stage"), where)
+            continue
+        missing(node, _NODE_KEYS, where)
+        inputs = node.get("inputs", ())
+        if not isinstance(inputs, (list, tuple)):
+            raise ValueError(f"dataflow.{who}: expected a DataFlow or the dict stats() returned; "
+                             f"'inputs' of {where} is of type {type(inputs).__name__}, not a list")
+        stack.extend((c, f"input {i} of {node['path']!r}") for i, c in enumerate(inputs))
+
+
 def format_stats(df_or_stats, wall=None):
     """The table that :func:`print_stats` prints, as a string. Accepts a dataflow or the dict
     that :func:`stats` returned."""
-    if not isinstance(df_or_stats, dict):
+    if isinstance(df_or_stats, dict):
+        _check_stats_dict(df_or_stats, "format_stats")
+    else:
         _check_dataflow(df_or_stats, "format_stats")
     root = df_or_stats if isinstance(df_or_stats, dict) else stats(df_or_stats, wall=wall)
     rows = []
@@ -655,6 +689,9 @@ def print_stats(df, file=None, wall=None):
     (indented under the stage that reads it), then the consumer's time and the bottleneck."""
     if not isinstance(df, dict):
         _check_dataflow(df, "print_stats")
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise TypeError(f"dataflow.print_stats: file must be a text stream with a write() method "
+                        f"(sys.stdout when None), got {file!r:.80}")
     print(format_stats(df, wall=wall), file=file if file is not None else sys.stdout, flush=True)
 
 

@@ -420,6 +420,28 @@ def test_print_stats_prints_a_table():
     assert lines[-1].startswith("bottleneck: ")
 
 
+def test_format_stats_takes_the_dict_of_stats_and_names_what_a_wrong_dict_lacks():
+    df = D.MapData(numbers(20), lambda dp: dp)
+    df.reset_state()
+    list(df)
+    st = D.stats(df)
+    assert D.format_stats(st).splitlines()[1].startswith("MapData(<lambda>)")
+    with pytest.raises(ValueError, match="the dict has no 'wall_s'"):
+        D.format_stats({})
+    with pytest.raises(ValueError, match="input 0 of '0' has no 'produced'"):
+        D.format_stats(dict(st, inputs=[{"path": "0.0", "stage": "x"}]))
+    with pytest.raises(ValueError, match="'inputs' of the dict is of type int"):
+        D.format_stats(dict(st, inputs=5))
+
+
+def test_print_stats_names_a_file_that_cannot_be_written():
+    df = D.MapData(numbers(5), lambda dp: dp)
+    df.reset_state()
+    list(df)
+    with pytest.raises(TypeError, match="file must be a text stream"):
+        D.print_stats(df, file=5)
+
+
 def test_testdataspeed_prints_the_statistics(capsys):
     df = D.MapData(numbers(50), lambda dp: dp)
     D.TestDataSpeed(df, size=120, warmup=7).start()
