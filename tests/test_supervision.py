@@ -1144,6 +1144,29 @@ def test_a_sigint_that_another_thread_receives_still_interrupts_a_waiting_consum
         proc.wait()
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_ctrl_c_during_a_worker_start_is_raised_once_the_start_is_over(method):
+    # a KeyboardInterrupt inside Process.start() (Python raises it in the main thread whichever
+    # thread received SIGINT) left, with the fork server, a forked worker waiting for the
+    # process object on a pipe the consumer never closed; now the start finishes first
+    import threading
+    from dataflow.parallel.start import _sigint_held
+    go = threading.Event()
+    killer = threading.Thread(target=lambda: (go.wait(10), os.kill(os.getpid(), signal.SIGINT)))
+    killer.start()               # before the block: this thread's mask leaves SIGINT unblocked
+    events = []
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_held(method):
+            go.set()
+            killer.join(10)
+            for _ in range(10000):         # bytecodes: where Python runs signal handlers
+                pass
+            events.append("start over")
+    assert events == ["start over"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_worker_sees_its_executor_gone_when_the_consumer_closes_its_socket_pair():
     # a start that failed half-way (a Ctrl-C while the fork server forked the worker) left a
     # worker nobody knew the pid of; it waited for tasks as long as the consumer lived. An idle

@@ -174,8 +174,9 @@ def _without_main_module(method):
 @contextlib.contextmanager
 def _sigint_held(method):
     """Keep a Ctrl-C away from a worker that this thread forks or spawns, until the worker
-    ignores SIGINT itself (:mod:`.worker`): a KeyboardInterrupt in a spawned worker's start-up
-    (its interpreter and imports) printed a traceback and killed it.
+    ignores SIGINT itself (:mod:`.worker`), and away from the start itself: a KeyboardInterrupt
+    in a spawned worker's start-up (its interpreter and imports) printed a traceback and killed
+    it, and one inside ``Process.start()`` could leave a started worker that no one knew.
 
     SIGINT is blocked in this thread meanwhile; a forked worker inherits the mask and lifts it
     once it ignores SIGINT. A spawned one gets a fresh mask from ``exec`` but keeps an ignored
@@ -184,19 +185,27 @@ def _sigint_held(method):
     milliseconds: a Ctrl-C that another thread of this process receives then is lost; one that
     reaches this thread stays pending, and is delivered when this returns).
 
+    Blocking SIGINT in this thread does not keep Python from raising KeyboardInterrupt in it:
+    another thread may receive the signal, and Python then runs the handler in the main thread
+    at its next bytecode. With ``fork`` and ``forkserver`` started from the main thread the
+    handler is therefore replaced by one that notes the signal, which is raised again once the
+    start is over: a Ctrl-C between the fork server's fork and the parent's write of the process
+    object left the consumer holding the pipe's write end and the worker waiting on it for as
+    long as the consumer lived.
+
     With ``forkserver`` the server must already run (:func:`ensure_fork_server`), or the one
-    the start makes would keep the mask for every process it forks, the user's too; then the
-    mask keeps a Ctrl-C from landing between the server's fork and the pid it sends back, which
-    left the forked worker running with no one who knew its pid."""
+    the start makes would keep the mask for every process it forks, the user's too."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     handler = None
-    if method == "spawn" and threading.current_thread() is threading.main_thread():
+    noted = []
+    if threading.current_thread() is threading.main_thread():
         handler = signal.getsignal(signal.SIGINT)       # None: set outside Python, leave it
         if handler is not None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if method == "spawn" else
+                          (lambda signum, frame: noted.append(signum)))
     try:
         yield
     finally:
@@ -204,6 +213,8 @@ def _sigint_held(method):
             signal.signal(signal.SIGINT, handler)
         if signal.SIGINT not in before:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if noted:
+            signal.raise_signal(signal.SIGINT)           # as it would have been, now
 
 
 def _get_context(method):
