@@ -32,6 +32,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import traceback
 
 import pytest
 
@@ -1165,6 +1166,43 @@ def test_a_ctrl_c_during_a_worker_start_is_raised_once_the_start_is_over(method)
             events.append("start over")
     assert events == ["start over"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _same(dp):
+    return dp
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_worker_started_before_a_held_back_ctrl_c_is_ended_with_the_start(method, monkeypatch):
+    # the KeyboardInterrupt held back during a start is raised with the worker process already
+    # running: the start that fails must end it rather than leave it (and its pipes) behind
+    from dataflow.parallel import process_executor
+    bind = process_executor.transport.bind_private
+    starts = []
+
+    def bind_then_ctrl_c(sock, endpoint):
+        starts.append(endpoint)
+        if len(starts) == 2:             # the second worker's start
+            t = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
+            t.start()
+            t.join(10)
+        return bind(sock, endpoint)
+
+    monkeypatch.setattr(process_executor.transport, "bind_private", bind_then_ctrl_c)
+    df = D.MultiProcessMapData(D.DataFromList([[i] for i in range(8)]), 3, _same,
+                               start_method=method, strict=True)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            df.reset_state()
+        assert any(f.name == "_spawn" for f in traceback.extract_tb(info.tb))
+        df.close()
+        monkeypatch.undo()
+        df.reset_state()                 # and the dataflow starts again as usual
+        assert sorted(dp[0] for dp in df) == list(range(8))
+    finally:
+        df.close()
 
 
 def test_a_worker_sees_its_executor_gone_when_the_consumer_closes_its_socket_pair():

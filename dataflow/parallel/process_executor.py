@@ -51,6 +51,18 @@ SHM_BUDGET = 16 << 20
 _TERMINATE_GRACE = 0.05
 
 
+def _discard_started(p):
+    """End and reap a worker process whose start succeeded but whose executor will not take it
+    (a KeyboardInterrupt raised once the start was over, see ``start._sigint_held``), so that
+    neither it nor its pipes outlive the failed start."""
+    try:
+        p.kill()
+        p.join(5)
+        p.close()
+    except (OSError, ValueError):     # gone already, or not reaped within 5 s: left to mp
+        pass
+
+
 class _Worker:
     """The consumer's handle on one worker process (one incarnation of worker slot ``wid``)."""
 
@@ -189,6 +201,7 @@ class ProcessExecutor(Executor):
             raise
         endpoint = self._endpoints(key)
         forking = self.start_method == "fork"
+        p = None
         try:
             if self.start_method == "forkserver":
                 ensure_fork_server()            # before _sigint_held blocks SIGINT
@@ -215,6 +228,8 @@ class ProcessExecutor(Executor):
             for s in (mine, stack_mine):
                 s.close()
             sock.close(linger=0)
+            if p is not None and p.pid is not None:
+                _discard_started(p)    # a Ctrl-C held back until its start was over
             explained = resources.explain_start_failure(e, wid, len(self._workers))
             if explained is not None:
                 raise explained from e
