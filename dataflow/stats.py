@@ -628,8 +628,8 @@ def _check_stats_dict(root, who):
     stack = [(root, "the dict")]
     while stack:
         node, where = stack.pop()
+        missing(node, ("path", "stage"), where)
         if "same_as" in node:
-            missing(node, ("path", "stage"), where)
             continue
         missing(node, _NODE_KEYS, where)
         inputs = node.get("inputs", ())
