@@ -84,6 +84,35 @@ def test_first_member_transform_list_is_flattened():
     assert len(tfms.tfms) == 3 and isinstance(tfms.tfms[2], LazyTransform)
 
 
+def test_augment_equals_the_lazy_transform_applied():
+    # augment() applies each member's transform as it is made, without the lazy list: the same
+    # draws in the same order, so the same image, inside a map (the datapoint's stream)
+    from dataflow import rng
+    augs = imgaug.AugmentorList([imgaug.GoogleNetRandomCropAndResize(target_shape=12),
+                                 imgaug.ToFloat32(),
+                                 imgaug.RandomOrderAug([imgaug.Brightness(30),
+                                                        imgaug.Contrast((0.5, 1.5))]),
+                                 imgaug.Flip(horiz=True)])
+    dataflow.set_seed(4)
+    for i in range(20):
+        img = img_u8(30, 40, seed=i)
+        rng.set_datapoint_key((0, i))
+        a = augs.augment(img)
+        rng.set_datapoint_key((0, i))              # the same datapoint again: its stream anew
+        b = augs.get_transform(img).apply_image(img)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_augment_of_a_list_subclass_uses_its_get_transform():
+    class Doubled(imgaug.AugmentorList):
+        def get_transform(self, img):
+            return super().get_transform(img) + imgaug.TransformFactory(
+                apply_image=lambda x: x * 2)
+
+    out = Doubled([imgaug.Identity()]).augment(np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(out, np.full((2, 2), 2, np.float32))
+
+
 def test_augmentor_list_checks_its_arguments():
     with pytest.raises(TypeError):
         imgaug.AugmentorList(imgaug.Identity())

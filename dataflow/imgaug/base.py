@@ -388,7 +388,10 @@ class AugmentorList(ImageAugmentor):
     def augment(self, img):
         """``get_transform(img).apply_image(img)``, without building the lazy list: each
         member's transform is made from the previous member's output and applied at once, which
-        is what the lazy list does (the same draws in the same order, the same image)."""
+        is what the lazy list does (the same draws in the same order, the same image). A
+        subclass that overrides ``get_transform`` has it called, as before."""
+        if type(self).get_transform is not AugmentorList.get_transform:
+            return super().augment(img)
         check_dtype(img)
         if img.ndim not in (2, 3):
             raise ValueError(f"AugmentorList needs an HW or HWC image, got shape {img.shape}")
