@@ -82,6 +82,11 @@ def seed_worker(wid, seed):
     """Called once in each worker process, before it runs any user code, with the consuming
     process's global seed (a spawned process does not inherit it); see the module doc."""
     global _worker_id, _counter, _seed, _generation
+    if not isinstance(wid, (int, np.integer)) or isinstance(wid, bool) or wid < 0:
+        raise ValueError(f"seed_worker: the worker id must be a non-negative int, got {wid!r}")
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)
+                             or seed < 0):
+        raise ValueError(f"seed_worker: seed must be a non-negative int or None, got {seed!r}")
     _generation += 1
     _worker_id = int(wid)
     with _lock:

@@ -597,6 +597,21 @@ def test_a_pickled_op_restores_its_attributes_without_reading_its_dict():
     assert copied([0, 1]) == [0, 2]
 
 
+def test_seed_worker_and_set_seed_refuse_what_is_no_seed():
+    # seed_worker took int('3') and int(1.5) as worker ids, and failed with a bare TypeError
+    # on None; the state is left as it was
+    before = drng.get_seed()
+    for wid in ("3", 1.5, -5, None, True):
+        with pytest.raises(ValueError, match="worker id must be a non-negative int"):
+            drng.seed_worker(wid, None)
+    for seed in (-1, "3", 1.5):
+        with pytest.raises(ValueError, match="seed must be a non-negative int or None"):
+            drng.seed_worker(0, seed)
+        with pytest.raises(ValueError, match="seed must be a non-negative int or None"):
+            set_seed(seed)
+    assert drng.get_seed() == before
+
+
 def test_set_seed_restarts_the_random_ops_stream_outside_a_map():
     crop, x = RandomCrop(2), np.arange(100).reshape(10, 10)
     set_seed(3)

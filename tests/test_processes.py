@@ -1249,6 +1249,20 @@ def test_map_component_into_a_shared_array_as_tensorpack():
     del out
 
 
+def test_map_component_into_a_shared_array_names_wrong_arguments():
+    from dataflow.parallel_map import MultiProcessMapDataComponentSharedArray as SharedArray
+    src = D.DataFromList([[np.zeros(4)]])
+    with pytest.raises(ValueError, match=r"output_shape\[0\] must be an int >= 0, got 1.5"):
+        SharedArray(src, 1, np.sqrt, (1.5, 4), np.float64)      # was truncated to (1, 4)
+    with pytest.raises(ValueError, match="output_shape must be a tuple of ints, got 5"):
+        SharedArray(src, 1, np.sqrt, 5, np.float64)
+    with pytest.raises(TypeError, match="map_func must be callable"):
+        SharedArray(src, 1, None, (4,), np.float64)
+    with pytest.raises(TypeError, match="index must be an int"):
+        SharedArray(src, 1, np.sqrt, (4,), np.float64, index=None)
+    assert SharedArray(src, 1, np.sqrt, (2.0, np.int64(2)), np.float64).output_shape == (2, 2)
+
+
 # -- 10. worker random streams ------------------------------------------------------------------
 @pytest.fixture
 def seed_reset():

@@ -256,8 +256,17 @@ class MultiProcessMapDataComponentSharedArray(MultiProcessMapData):
     never ended)."""
 
     def __init__(self, ds, nr_proc, map_func, output_shape, output_dtype, index=0):
+        who = "MultiProcessMapDataComponentSharedArray"
+        if not callable(map_func):
+            raise TypeError(f"{who}: map_func must be callable, got {map_func!r}")
+        if isinstance(output_shape, (str, bytes)) or not hasattr(output_shape, "__iter__"):
+            raise ValueError(f"{who}: output_shape must be a tuple of ints, got {output_shape!r}")
+        if not is_int(index):
+            raise TypeError(f"{who}: index must be an int (a component of list datapoints), got "
+                            f"{index!r}")
         self.nr_proc = nr_proc
-        self.output_shape = tuple(int(v) for v in output_shape)
+        self.output_shape = tuple(check_int(f"{who}: output_shape[{i}]", v, 0, whole_floats=True)
+                                  for i, v in enumerate(output_shape))
         self.output_dtype = np.dtype(output_dtype).type
         self.index = index
         super().__init__(ds, nr_proc, _MapComponentToArray(map_func, index, self.output_shape,
