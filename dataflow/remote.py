@@ -133,6 +133,27 @@ def _is_tcp(addr):
     return addr.startswith("tcp://")
 
 
+_MAX_HWM = 2**31 - 1          # ZeroMQ's high-water mark is a C int
+
+
+def _check_endpoint(who, name, addr):
+    """``addr`` if it is a ZeroMQ endpoint string (``transport://address``); else an error
+    naming ``who`` and the argument, here rather than a bare one when iteration starts. A
+    ``tcp://`` port must be 0-65535 or ``*``: libzmq takes ``:99999`` modulo 65536 and ``:5x``
+    as 5, so a typo listened on a port no one meant."""
+    if not isinstance(addr, str):
+        raise TypeError(f"{who}: {name} must be a ZeroMQ endpoint string such as "
+                        f"'tcp://host:port' or 'ipc:///path', got {addr!r}")
+    if "://" not in addr:
+        raise ValueError(f"{who}: {name} must be a ZeroMQ endpoint 'transport://address' "
+                         f"(tcp, ipc, inproc), got {addr!r}")
+    if _is_tcp(addr):
+        port = addr.split(";", 1)[0].rsplit(":", 1)[-1]   # (";": a connect's source address)
+        if port != "*" and not (port.isdigit() and int(port) <= 65535):
+            raise ValueError(f"{who}: the port of {name}={addr!r} must be 0-65535 or '*'")
+    return addr
+
+
 # How long a receiver waits for a frame before it looks whether close() was called from
 # another thread (a frame that arrives ends the wait at once).
 _POLL_MS = 100
@@ -168,6 +189,9 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
     bind = check_flag("send_dataflow_zmq: bind", bind)
     encoding = _SEND_FORMATS[format]
     hwm = check_int("send_dataflow_zmq: hwm", hwm, 0)
+    if hwm > _MAX_HWM:
+        raise ValueError(f"send_dataflow_zmq: hwm must be at most {_MAX_HWM}, got {hwm}")
+    _check_endpoint("send_dataflow_zmq", "addr", addr)
     if curve_server_key is None and curve_client_keypair is not None:
         raise ValueError("send_dataflow_zmq: curve_client_keypair needs curve_server_key (the "
                          "receiver's public key)")
@@ -239,9 +263,11 @@ class RemoteDataZMQ(DataFlow):
                  curve_secret_key=None, curve_client_keys=None, tune_malloc=True):
         if not addr1:
             raise ValueError("RemoteDataZMQ: addr1 is required")
-        self.addr1 = addr1
-        self.addr2 = addr2
+        self.addr1 = _check_endpoint("RemoteDataZMQ", "addr1", addr1)
+        self.addr2 = _check_endpoint("RemoteDataZMQ", "addr2", addr2) if addr2 else addr2
         self.hwm = check_int("RemoteDataZMQ: hwm", hwm, 0)      # 0: no limit, as ZeroMQ's
+        if self.hwm > _MAX_HWM:
+            raise ValueError(f"RemoteDataZMQ: hwm must be at most {_MAX_HWM}, got {hwm}")
         who = "RemoteDataZMQ"
         self.bind = check_flag(f"{who}: bind", bind)
         self.allow_pickle = check_flag(f"{who}: allow_pickle", allow_pickle)

@@ -468,6 +468,20 @@ def test_close_from_another_thread_ends_the_running_iteration(no_leaks, ipc_addr
     (lambda a: send_dataflow_zmq([[1]], a), TypeError, "send_dataflow_zmq: expected a DataFlow"),
     (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), a, format=[]), ValueError,
      r"send_dataflow_zmq: unknown format \[\]"),
+    # addresses and high-water marks failed only when iteration started, with bare errors
+    (lambda a: RemoteDataZMQ(5), TypeError, "RemoteDataZMQ: addr1 must be a ZeroMQ endpoint"),
+    (lambda a: RemoteDataZMQ(a, b"ipc://x"), TypeError,
+     "RemoteDataZMQ: addr2 must be a ZeroMQ endpoint"),
+    (lambda a: RemoteDataZMQ("localhost:5555"), ValueError, "'transport://address'"),
+    (lambda a: RemoteDataZMQ(a, hwm=2**31), ValueError, "hwm must be at most 2147483647"),
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), None), TypeError,
+     "send_dataflow_zmq: addr must be a ZeroMQ endpoint"),
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), a, hwm=10**20), ValueError,
+     "send_dataflow_zmq: hwm must be at most"),
+    # libzmq took :99999 modulo 65536 and :5x as 5: a typo listened on another port
+    (lambda a: RemoteDataZMQ("tcp://127.0.0.1:99999"), ValueError, "must be 0-65535 or"),
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), "tcp://127.0.0.1:5x"), ValueError,
+     "must be 0-65535 or"),
 ])
 def test_bad_arguments_are_refused_before_any_socket(no_leaks, ipc_addr, make, error, match):
     with pytest.raises(error, match=match):
