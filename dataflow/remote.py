@@ -192,6 +192,11 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
     if hwm > _MAX_HWM:
         raise ValueError(f"send_dataflow_zmq: hwm must be at most {_MAX_HWM}, got {hwm}")
     _check_endpoint("send_dataflow_zmq", "addr", addr)
+    if curve_client_keypair is not None and (
+            isinstance(curve_client_keypair, (str, bytes)) or
+            not isinstance(curve_client_keypair, (tuple, list)) or len(curve_client_keypair) != 2):
+        raise TypeError(f"send_dataflow_zmq: curve_client_keypair must be a pair (public key, "
+                        f"secret key), got {curve_client_keypair!r:.80}")
     if curve_server_key is None and curve_client_keypair is not None:
         raise ValueError("send_dataflow_zmq: curve_client_keypair needs curve_server_key (the "
                          "receiver's public key)")
@@ -273,6 +278,10 @@ class RemoteDataZMQ(DataFlow):
         self.allow_pickle = check_flag(f"{who}: allow_pickle", allow_pickle)
         self.tune_malloc = check_flag(f"{who}: tune_malloc", tune_malloc)
         self.curve_secret_key = _key(curve_secret_key, "curve_secret_key", who)
+        if curve_client_keys is not None and (isinstance(curve_client_keys, (str, bytes)) or
+                                              not hasattr(curve_client_keys, "__iter__")):
+            raise TypeError(f"{who}: curve_client_keys must be a list of public keys, got "
+                            f"{curve_client_keys!r:.80}")
         self.curve_client_keys = (None if curve_client_keys is None
                                   else [_key(k, "curve_client_keys[%d]" % i, who)
                                         for i, k in enumerate(curve_client_keys)])

@@ -134,3 +134,25 @@ def test_a_path_in_no_directory_or_naming_none_is_refused_before_writing(tmp_pat
     with pytest.raises(ValueError, match="must name a file, got ''"):
         WRITERS[writer][0](source(), "")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_path_of_bytes_is_taken_and_one_of_no_path_is_named(tmp_path, writer):
+    # None and 5 failed inside os.fspath ("expected str, bytes or os.PathLike object"), naming
+    # neither the function nor the argument; a bytes path failed later, in string operations
+    save, load = WRITERS[writer]
+    path = os.fsencode(str(tmp_path / f"a.{writer}"))
+    save(source(), path)
+    assert labels(load(path)) == [0, 1, 2]
+    for bad in (None, 5):
+        with pytest.raises(TypeError, match=r"path must be a path \(str or os.PathLike\)"):
+            save(source(), bad)
+        with pytest.raises(TypeError, match=r"(path|filename) must be a path \(str or "):
+            load(bad)
+
+
+def test_the_other_readers_name_a_path_that_is_none():
+    with pytest.raises(TypeError, match="SVMLightData: filename must be a path"):
+        D.SVMLightData(None)
+    with pytest.raises(TypeError, match="LMDBData: lmdb_path must be a path"):
+        D.CaffeLMDB(None)

@@ -291,6 +291,16 @@ def test_lmdbdata_yields_raw_key_value_pairs(tmp_path):
     df.close()
 
 
+def test_lmdbdatadecoder_names_a_decoder_that_is_no_function(tmp_path):
+    # it failed at the first record with "'int' object is not callable"
+    path = str(tmp_path / "x.lmdb")
+    LMDBSerializer.save(DataFromList([[1]], shuffle=False), path)
+    df = LMDBData(path, shuffle=False)
+    with pytest.raises(TypeError, match=r"decoder must be callable as decoder\(key, value\)"):
+        LMDBDataDecoder(df, 5)
+    df.close()
+
+
 def test_lmdbdata_keys_list_and_format_string(tmp_path):
     path = str(tmp_path / "x.lmdb")
     LMDBSerializer.save(DataFromList([[i] for i in range(10)], shuffle=False), path)

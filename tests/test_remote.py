@@ -482,6 +482,12 @@ def test_close_from_another_thread_ends_the_running_iteration(no_leaks, ipc_addr
     (lambda a: RemoteDataZMQ("tcp://127.0.0.1:99999"), ValueError, "must be 0-65535 or"),
     (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), "tcp://127.0.0.1:5x"), ValueError,
      "must be 0-65535 or"),
+    (lambda a: RemoteDataZMQ("tcp://127.0.0.1:5555", curve_secret_key=zmq.curve_keypair()[1],
+                             curve_client_keys=5), TypeError,
+     "curve_client_keys must be a list of public keys"),
+    (lambda a: send_dataflow_zmq(D.DataFromList([[1]]), "tcp://127.0.0.1:5555",
+                                 curve_server_key=zmq.curve_keypair()[0], curve_client_keypair=5),
+     TypeError, r"curve_client_keypair must be a pair \(public key, secret key\)"),
 ])
 def test_bad_arguments_are_refused_before_any_socket(no_leaks, ipc_addr, make, error, match):
     with pytest.raises(error, match=match):

@@ -73,10 +73,22 @@ def _umask():
     return mask
 
 
+def as_path(who, path, name="path"):
+    """``path`` (a ``str``, ``bytes`` or ``os.PathLike``) as a ``str``; ``TypeError`` naming
+    ``who`` and the argument for anything else (``None`` and 5 failed in ``os.fspath`` naming
+    neither, and a bytes path later, in string operations)."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"{who}: {name} must be a path (str or os.PathLike), got "
+                        f"{path!r:.80}") from None
+    return os.fsdecode(path) if isinstance(path, bytes) else path
+
+
 def check_target(path):
     """``os.fspath(path)``, a file in an existing directory; otherwise an error naming it (the
     write would fail naming its temporary file, or write a file named ".tmp")."""
-    path = os.fspath(path)
+    path = as_path("write", path)
     if not os.path.basename(path):
         raise ValueError(f"the path to write must name a file, got {path!r}")
     directory = os.path.dirname(path) or "."

@@ -14,7 +14,7 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from .._helpers import check_flag
 from ..base import RNGDataFlow, check_dataflow
-from ._files import require, write_aside
+from ._files import as_path, require, write_aside
 
 __all__ = ["HDF5Serializer", "HDF5Data"]
 
@@ -35,7 +35,7 @@ class HDF5Data(_ckpt.IndexedSource, RNGDataFlow):
 
     def __init__(self, filename, data_paths, shuffle=True):
         h5py = _h5py("HDF5Data")
-        self.filename = os.fspath(filename)
+        self.filename = as_path("HDF5Data", filename, "filename")
         if isinstance(data_paths, (str, bytes)):       # its letters would be the paths
             raise TypeError(f"HDF5Data({self.filename!r}): data_paths must be a list of dataset "
                             f"paths, got the string {data_paths!r}")
@@ -113,7 +113,7 @@ class HDF5Serializer:
         written under a temporary name beside ``path`` and renamed when complete."""
         h5py = _h5py("HDF5Serializer")
         df = check_dataflow(df, "HDF5Serializer.save")
-        path = os.fspath(path)
+        path = as_path("HDF5Serializer.save", path)
         if isinstance(data_paths, (str, bytes)):
             raise TypeError(f"HDF5Serializer.save: data_paths must be a list of dataset names, "
                             f"one per component, got the string {data_paths!r}")

@@ -45,7 +45,7 @@ from ..base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow,
 from ..common import MapData
 from ..raw import _guard_of
 from . import _lmdbscan, codec
-from ._files import aside_prefix, check_target, remove_stale, require
+from ._files import as_path, aside_prefix, check_target, remove_stale, require
 
 __all__ = ["LMDBSerializer", "LMDBData", "LMDBDataDecoder", "CaffeLMDB"]
 
@@ -252,7 +252,7 @@ class LMDBData(_ckpt.IndexedSource, RNGDataFlow):
                 encoding); with False, the keys are read from the LMDB instead.
         """
         _lmdb("LMDBData")
-        self.lmdb_path = os.fspath(lmdb_path)
+        self.lmdb_path = as_path("LMDBData", lmdb_path, "lmdb_path")
         self.shuffle = shuffle = check_flag("LMDBData: shuffle", shuffle)
         allow_pickle = check_flag("LMDBData: allow_pickle", allow_pickle)
         self._env = None
@@ -544,6 +544,9 @@ class LMDBDataDecoder(MapData):
     :class:`LMDBData`); a ``None`` result drops the record, as in tensorpack."""
 
     def __init__(self, lmdb_data, decoder):
+        if not callable(decoder):
+            raise TypeError(f"LMDBDataDecoder: decoder must be callable as decoder(key, value), "
+                            f"got {decoder!r:.80}")
         self.decoder = decoder
         super().__init__(lmdb_data, self._decode)
 
@@ -561,7 +564,7 @@ def CaffeLMDB(lmdb_path, shuffle=True, keys=None):
     """
     _lmdb("CaffeLMDB")
     return LMDBDataDecoder(LMDBData(lmdb_path, shuffle=shuffle, keys=keys),
-                           _CaffeDecoder(os.fspath(lmdb_path)))
+                           _CaffeDecoder(as_path("CaffeLMDB", lmdb_path, "lmdb_path")))
 
 
 class _CaffeDecoder:
@@ -682,7 +685,7 @@ class LMDBSerializer:
                              f"{codec.FORMATS}")
         write_frequency = check_int("LMDBSerializer.save: write_frequency", write_frequency, 1,
                                     whole_floats=True)
-        path = os.fspath(path)
+        path = as_path("LMDBSerializer.save", path)
         data_file, lock_file, _ = _layout(path)
         if os.path.exists(data_file):
             raise FileExistsError(f"LMDB file {data_file} exists!")

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..base import check_dataflow
 from ..raw import DataFromList
-from ._files import write_aside
+from ._files import as_path, write_aside
 
 __all__ = ["NumpySerializer"]
 
@@ -39,7 +39,7 @@ class NumpySerializer:
         ``path`` (``.npz`` is appended if missing, as numpy does). The file is written under a
         temporary name beside ``path`` and renamed when complete."""
         df = check_dataflow(df, "NumpySerializer.save")
-        if not os.path.basename(os.fspath(path)):       # "" or "dir/": a file named ".npz"
+        if not os.path.basename(as_path("NumpySerializer.save", path)):       # "" or "dir/": a file named ".npz"
             raise ValueError(f"NumpySerializer.save: path must name a file, got {path!r}")
         df.reset_state()
         _size_for_progress(df)      # as tensorpack: len() errors other than "unknown" propagate
@@ -47,7 +47,7 @@ class NumpySerializer:
         buffer = np.empty(len(datapoints), dtype=object)
         for i, dp in enumerate(datapoints):
             buffer[i] = dp
-        path = os.fspath(path)
+        path = as_path("NumpySerializer.save", path)
         if not path.endswith(".npz"):
             path += ".npz"
         with write_aside(path) as tmp:
@@ -62,7 +62,7 @@ class NumpySerializer:
         """A ``DataFromList`` of the datapoints saved in ``path`` (``path + '.npz'`` if
         ``path`` does not exist). Raises ``ValueError`` naming the file if it is not a readable
         NumpySerializer file (truncated, corrupted, or without a ``buffer`` member)."""
-        path = os.fspath(path)
+        path = as_path("NumpySerializer.load", path)
         if not os.path.exists(path) and os.path.exists(path + ".npz"):
             path += ".npz"
         members, buffer = None, None

@@ -6,7 +6,7 @@ import numpy as np
 from .. import checkpoint as _ckpt
 from .._helpers import check_flag
 from ..base import RNGDataFlow
-from ._files import require
+from ._files import as_path, require
 
 __all__ = ["SVMLightData"]
 
@@ -21,7 +21,7 @@ class SVMLightData(_ckpt.IndexedSource, RNGDataFlow):
 
     def __init__(self, filename, shuffle=True):
         datasets = require("sklearn.datasets", "SVMLightData", "formats")
-        self.filename = os.fspath(filename)
+        self.filename = as_path("SVMLightData", filename, "filename")
         check_flag("SVMLightData: shuffle", shuffle)
         self.shuffle = shuffle
         if not os.path.exists(self.filename):

@@ -24,7 +24,7 @@ from ..base import DataFlow, UnknownLengthError, as_dataflow
 from ..common import FixedSizeData
 from ..raw import _guard_of
 from . import codec
-from ._files import require, write_aside
+from ._files import as_path, require, write_aside
 
 __all__ = ["TFRecordSerializer", "TFRecordError"]
 
@@ -56,7 +56,7 @@ class TFRecordData(_ckpt.PassPosition, DataFlow):
     _offset = 0              # byte offset of the next record of the running pass
 
     def __init__(self, path, *, allow_pickle=True):
-        self.path = os.fspath(path)
+        self.path = as_path("TFRecordData", path)
         self.allow_pickle = check_flag("TFRecordSerializer: allow_pickle", allow_pickle)
         if os.path.isdir(self.path):
             raise IsADirectoryError(f"TFRecord file {self.path!r} is a directory")
@@ -153,7 +153,7 @@ class TFRecordSerializer:
         if format not in codec.FORMATS:
             raise ValueError(f"TFRecordSerializer.save: unknown format {format!r}: expected one "
                              f"of {codec.FORMATS}")
-        path = os.fspath(path)
+        path = as_path("TFRecordSerializer.save", path)
         df.reset_state()
         dumps = codec.dumps
         with write_aside(path) as tmp, open(tmp, "wb") as f:
