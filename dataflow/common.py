@@ -7,6 +7,7 @@ import inspect
 import itertools
 from types import GeneratorType
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -37,6 +38,7 @@ __all__ = ["TestDataSpeed", "PrintData", "BatchData", "BatchDataByShape", "Fixed
 logger = logging.getLogger(__name__)
 
 _EMPTY = object()
+
 
 
 class TestDataSpeed(ProxyDataFlow):
@@ -435,6 +437,8 @@ class FixedSizeData(ProxyDataFlow):
     def __init__(self, ds, size, keep_state=True):
         super().__init__(ds)
         self._size = check_int("FixedSizeData: size", size, 0, whole_floats=True)
+        if self._size > sys.maxsize:     # len() could not return it (OverflowError at len())
+            raise ValueError(f"FixedSizeData: size must be at most {sys.maxsize}, got {size!r}")
         self.itr = None
         self._keep = keep_state
         self._guard = None

@@ -515,8 +515,10 @@ def test_batch_size_none_is_named():
      "shuffle_interval must be a positive int, got 0"),
     (lambda ds: dataflow.LocallyShuffleData(ds, 10, num_reuse="2"), "num_reuse must be a"),
     (lambda ds: dataflow.TestDataSpeed(ds, None), "TestDataSpeed: size must be a positive int"),
+    # len() could not return it: an OverflowError at len()
+    (lambda ds: FixedSizeData(ds, 10**20), "FixedSizeData: size must be at most"),
 ], ids=["RepeatedData", "FixedSizeData", "RepeatedDataPoint", "buffer_size",
-        "shuffle_interval", "num_reuse", "TestDataSpeed"])
+        "shuffle_interval", "num_reuse", "TestDataSpeed", "FixedSizeData-huge"])
 def test_counts_that_are_not_ints_are_refused(make, match):
     # 2.5 passes became 2 (and None a bare int() TypeError), an explicit interval of 0 became 1
     with pytest.raises(ValueError, match=match):

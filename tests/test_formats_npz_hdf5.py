@@ -209,6 +209,11 @@ def test_hdf5_save_refuses_dict_datapoints_and_a_string_of_paths(tmp_path):
         D.HDF5Serializer.save(dicts, path, ["img", "label"])
     with pytest.raises(TypeError, match="data_paths must be a list of dataset names"):
         D.HDF5Serializer.save(D.DataFromList([[1]]), path, "img")
+    # '' failed in h5py as "expected bytes, str found", a number as h5py's own TypeError
+    with pytest.raises(ValueError, match="each of data_paths must name a dataset .* got ''"):
+        D.HDF5Serializer.save(D.DataFromList([[1, 2]]), path, ["", "b"])
+    with pytest.raises(TypeError, match="each of data_paths must name a dataset .* got 5"):
+        D.HDF5Serializer.save(D.DataFromList([[1, 2]]), path, ["a", 5])
     assert not os.listdir(tmp_path)
 
 

@@ -118,6 +118,11 @@ class HDF5Serializer:
             raise TypeError(f"HDF5Serializer.save: data_paths must be a list of dataset names, "
                             f"one per component, got the string {data_paths!r}")
         data_paths = list(data_paths)
+        for name in data_paths:
+            if not isinstance(name, str) or not name.strip("/"):
+                raise (ValueError if isinstance(name, str) else TypeError)(
+                    f"HDF5Serializer.save: each of data_paths must name a dataset (a non-empty "
+                    f"str such as 'label' or 'group/x'), got {name!r} in {data_paths!r}")
         df.reset_state()
         try:
             len(df)
