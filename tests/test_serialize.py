@@ -150,7 +150,7 @@ SCALARS = [
     np.uint8(255), np.uint16(65535), np.uint32(2**32 - 1), np.uint64(2**64 - 1),
     np.float16(1.5), np.float32(-2.25), np.float64(np.pi), np.longdouble(1) / 3,
     np.complex64(1 - 2j), np.complex128(3 + 4j), np.datetime64("2024-02-29T12:00", "ns"),
-    np.datetime64("NaT"), np.timedelta64(5, "ms"), np.bytes_(b"ab"), np.bytes_(b""),
+    np.datetime64("NaT", "ns"), np.timedelta64(5, "ms"), np.bytes_(b"ab"), np.bytes_(b""),
     np.str_("ü"), np.str_(""), np.void(b"\x01\x02"),
 ]
 
