@@ -52,8 +52,13 @@ def batch_numpy(data_list, key=None):
         return list(data_list)
     alike = _all_alike(data_list)
     try:
-        if alike:
+        if alike and type(data) is not float:
             out = _asarray(data_list, dtype, widen)
+        elif alike:
+            # a Python float beyond float32 becomes inf, which is found below and refused:
+            # numpy's "overflow encountered in cast" before that error is not news
+            with np.errstate(over="ignore"):
+                out = _asarray(data_list, dtype, widen)
         else:
             # values of other types are checked below: numpy's warnings of their cast are not
             # news
