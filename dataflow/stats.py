@@ -458,6 +458,12 @@ def _node(df, now, path, seen, pipeline_wall):
         c, c_time = _node(child, now, f"{path}.{i}", seen, pipeline_wall)
         inputs.append(c)
         input_s += c_time
+    if m is None and input_s > time_s:
+        # A serial stage pulls its inputs inside its own next(): its time is at least theirs.
+        # (Its sampled estimate can fall below the exactly measured wait of a parallel input,
+        # and the stage reading this one was then charged with that wait.)
+        time_s = min(input_s, pipeline_wall) if pipeline_wall > 0 else input_s
+        node["time_s"] = round(time_s, 6)
     node["input_s"] = round(input_s, 6)
     node["self_s"] = round(max(0.0, time_s - input_s), 6)
     node["wall_s"] = round(wall, 6)
