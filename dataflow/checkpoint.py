@@ -33,6 +33,9 @@ REPLAY = "replay_of"
 #: key that marks the position of a runner whose several copies hand over in arrival order
 ARRIVAL = "arrival_order_of"
 
+#: key that marks the position of an unordered parallel map (results in the order they finish)
+UNORDERED = "unordered_map"
+
 
 # -- fingerprint --------------------------------------------------------------------------------
 def inputs_of(df):
@@ -558,6 +561,14 @@ def rereadable(df, reader):
             f"{runner} hands over its copies' datapoints in the order they finish, so a "
             f"position does not say which datapoint follows it: put {reader} inside the "
             f"runner's dataflow, or use a parallel map (MultiProcessMapData, ...) instead")
+    unordered = _find_key(position, UNORDERED)
+    if unordered is not None:
+        return NotImplementedError(
+            f"{reader} reads datapoints again from recorded positions of its input, but "
+            f"{unordered} is an unordered map: it hands over results in the order its workers "
+            f"finish them, so a position does not say which datapoint follows it. Make that "
+            f"map ordered (ordered=True; its state is then exact), or put the work of "
+            f"{reader} in its map function")
     return True
 
 

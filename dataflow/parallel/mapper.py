@@ -116,6 +116,8 @@ class ParallelMapData(ProxyDataFlow):
     * At most ``buffer_size`` datapoints are in workers or waiting to be yielded.
     * Errors: see ``on_error`` and ``max_errors`` in the subclasses' docstrings.
     """
+
+    _shown_as = None     # the name errors give this map (a subclass the user never wrote)
     executor = None
     #: whether ``num_workers="auto"`` is accepted (the executor must add and retire workers)
     _autotune_ok = True
@@ -621,7 +623,7 @@ class ParallelMapData(ProxyDataFlow):
         if get is None:
             return NotImplementedError(f"{type(self).__name__}: its source "
                                        f"({type(self.ds).__name__}) cannot say where it is")
-        return _ckpt.rereadable(self.ds, type(self).__name__)
+        return _ckpt.rereadable(self.ds, self._shown_as or type(self).__name__)
 
     def _mark(self, index):
         """Record where the source is before the chunk that starts at ``index``."""
@@ -682,6 +684,10 @@ class ParallelMapData(ProxyDataFlow):
         position = self._position()
         if self.on_error != "raise":
             position["errors"] = self._error_counts()
+        if not self.ordered:
+            # a reader that reads this map again from a recorded position would not get the
+            # same datapoints in the same order (checkpoint.rereadable refuses it)
+            position[_ckpt.UNORDERED] = type(self).__name__
         return position
 
     def _error_counts(self):

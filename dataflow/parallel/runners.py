@@ -92,6 +92,8 @@ def parallel_map(ds, num_workers, map_func, executor, *, max_restarts=0, **optio
 class _PlacedMapData(ParallelMapData):
     """A parallel map on the executor kind it is given (see :func:`parallel_map`)."""
 
+    _shown_as = "MapData(..., num_parallel_workers=N)"
+
     def __init__(self, ds, num_workers, map_func, executor, *, max_restarts=0, **options):
         super().__init__(ds, num_workers, map_func, **options)
         self.executor = executor
