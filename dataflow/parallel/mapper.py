@@ -687,7 +687,7 @@ class ParallelMapData(ProxyDataFlow):
         if not self.ordered:
             # a reader that reads this map again from a recorded position would not get the
             # same datapoints in the same order (checkpoint.rereadable refuses it)
-            position[_ckpt.UNORDERED] = type(self).__name__
+            position[_ckpt.UNORDERED] = self._shown_as or type(self).__name__
         return position
 
     def _error_counts(self):
