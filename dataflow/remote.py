@@ -136,6 +136,15 @@ def _is_tcp(addr):
 _MAX_HWM = 2**31 - 1          # ZeroMQ's high-water mark is a C int
 
 
+def _check_hwm(who, hwm):
+    """``hwm`` as an int in 0 (no limit, as ZeroMQ's) .. ZeroMQ's C int; else ``ValueError``
+    naming ``who`` (a larger one failed only when the socket was made)."""
+    hwm = check_int(f"{who}: hwm", hwm, 0)
+    if hwm > _MAX_HWM:
+        raise ValueError(f"{who}: hwm must be at most {_MAX_HWM}, got {hwm}")
+    return hwm
+
+
 def _check_endpoint(who, name, addr):
     """``addr`` if it is a ZeroMQ endpoint string (``transport://address``); else an error
     naming ``who`` and the argument, here rather than a bare one when iteration starts. A
@@ -188,9 +197,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, *, curve_server
                          "or 'pickle'")
     bind = check_flag("send_dataflow_zmq: bind", bind)
     encoding = _SEND_FORMATS[format]
-    hwm = check_int("send_dataflow_zmq: hwm", hwm, 0)
-    if hwm > _MAX_HWM:
-        raise ValueError(f"send_dataflow_zmq: hwm must be at most {_MAX_HWM}, got {hwm}")
+    hwm = _check_hwm("send_dataflow_zmq", hwm)
     _check_endpoint("send_dataflow_zmq", "addr", addr)
     if curve_client_keypair is not None and (
             isinstance(curve_client_keypair, (str, bytes)) or
@@ -270,9 +277,7 @@ class RemoteDataZMQ(DataFlow):
             raise ValueError("RemoteDataZMQ: addr1 is required")
         self.addr1 = _check_endpoint("RemoteDataZMQ", "addr1", addr1)
         self.addr2 = _check_endpoint("RemoteDataZMQ", "addr2", addr2) if addr2 else addr2
-        self.hwm = check_int("RemoteDataZMQ: hwm", hwm, 0)      # 0: no limit, as ZeroMQ's
-        if self.hwm > _MAX_HWM:
-            raise ValueError(f"RemoteDataZMQ: hwm must be at most {_MAX_HWM}, got {hwm}")
+        self.hwm = _check_hwm("RemoteDataZMQ", hwm)
         who = "RemoteDataZMQ"
         self.bind = check_flag(f"{who}: bind", bind)
         self.allow_pickle = check_flag(f"{who}: allow_pickle", allow_pickle)

@@ -39,7 +39,8 @@ class NumpySerializer:
         ``path`` (``.npz`` is appended if missing, as numpy does). The file is written under a
         temporary name beside ``path`` and renamed when complete."""
         df = check_dataflow(df, "NumpySerializer.save")
-        if not os.path.basename(as_path("NumpySerializer.save", path)):       # "" or "dir/": a file named ".npz"
+        path = as_path("NumpySerializer.save", path)
+        if not os.path.basename(path):       # "" or "dir/": a file named ".npz"
             raise ValueError(f"NumpySerializer.save: path must name a file, got {path!r}")
         df.reset_state()
         _size_for_progress(df)      # as tensorpack: len() errors other than "unknown" propagate
@@ -47,7 +48,6 @@ class NumpySerializer:
         buffer = np.empty(len(datapoints), dtype=object)
         for i, dp in enumerate(datapoints):
             buffer[i] = dp
-        path = as_path("NumpySerializer.save", path)
         if not path.endswith(".npz"):
             path += ".npz"
         with write_aside(path) as tmp:
